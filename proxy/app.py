@@ -1,0 +1,72 @@
+"""The Starlette application: routes, lifespan and the shared upstream client."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from proxy.background import TaskSet
+from proxy.chat import ChatCompletions
+from proxy.hooks import ChatInterceptor
+from proxy.passthrough import Passthrough
+from proxy.settings import Settings
+from proxy.timing import TimingMiddleware
+from proxy.upstream import Upstream
+
+log = logging.getLogger("memrelay.app")
+
+
+def create_app(
+    settings: Settings,
+    interceptors: list[ChatInterceptor] | None = None,
+    upstream_client: httpx.AsyncClient | None = None,
+) -> TimingMiddleware:
+    """Build the ASGI app; `interceptors` plug memory into chat completions."""
+    upstream = Upstream(settings, upstream_client)
+    tasks = TaskSet()
+    chat = ChatCompletions(upstream, list(interceptors or []), tasks)
+    passthrough = Passthrough(upstream)
+
+    async def healthz(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> JSONResponse:
+        try:
+            response = await upstream.client.get(upstream.url("/v1/models"), timeout=5.0)
+        except httpx.HTTPError as exc:
+            return JSONResponse(
+                {"status": "unavailable", "upstream": upstream.root, "error": type(exc).__name__},
+                status_code=503,
+            )
+        return JSONResponse(
+            {"status": "ready", "upstream": upstream.root, "upstream_status": response.status_code}
+        )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await tasks.drain()
+            await upstream.aclose()
+
+    app = Starlette(
+        routes=[
+            Route("/memrelay/healthz", healthz, methods=["GET"]),
+            Route("/memrelay/readyz", readyz, methods=["GET"]),
+            Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/{path:path}", passthrough),
+        ],
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.upstream = upstream
+    app.state.tasks = tasks
+    return TimingMiddleware(app)

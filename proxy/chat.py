@@ -1,0 +1,158 @@
+"""`POST /v1/chat/completions`: interceptors before, byte-exact relay, exchange after."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import anyio
+
+from proxy.asgi import Receive, Scope, Send
+from proxy.background import TaskSet
+from proxy.downstream import BodyTooLarge, Downstream
+from proxy.errors import send_error
+from proxy.exchange import Exchange, assemble_json
+from proxy.headers import replace_header, request_headers_for_upstream
+from proxy.hooks import ChatContext, ChatInterceptor, RequestRejected
+from proxy.relay import DecodingTap, relay_response
+from proxy.sse import StreamAssembler
+from proxy.timing import mark_upstream_start, request_id
+from proxy.upstream import Upstream, UpstreamError
+
+log = logging.getLogger("memrelay.chat")
+
+# A plain JSON answer larger than this is relayed but not parsed for the exchange hook.
+JSON_TAP_LIMIT = 32 * 1024 * 1024
+
+
+class ChatCompletions:
+    """ASGI app for chat completions; every other method on the path passes through."""
+
+    def __init__(
+        self,
+        upstream: Upstream,
+        interceptors: list[ChatInterceptor],
+        tasks: TaskSet,
+    ) -> None:
+        self.upstream = upstream
+        self.interceptors = interceptors
+        self.tasks = tasks
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        downstream = Downstream(receive)
+        await downstream.run(lambda: self._handle(scope, downstream, send))
+
+    async def _handle(self, scope: Scope, downstream: Downstream, send: Send) -> None:
+        settings = self.upstream.settings
+        deadline = anyio.current_time() + settings.total_timeout
+        try:
+            raw = await downstream.read_body(settings.max_body_bytes)
+        except BodyTooLarge:
+            await send_error(
+                send,
+                413,
+                f"request body exceeds {settings.max_body_bytes} bytes",
+                code="body_too_large",
+            )
+            return
+        body = _parse_body(raw)
+        if isinstance(body, str):
+            await send_error(send, 400, body, code="invalid_body")
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        ctx = ChatContext(request_id=request_id(scope), headers=headers, body=body)
+        try:
+            for interceptor in self.interceptors:
+                await interceptor.before(ctx)
+        except RequestRejected as exc:
+            await send_error(send, exc.status, exc.message, code=exc.code, param=exc.param)
+            return
+        if ctx.body_changed:
+            raw = json.dumps(ctx.body, ensure_ascii=False, separators=(",", ":")).encode()
+        up_headers = request_headers_for_upstream(scope["headers"])
+        # Ask for an uncompressed answer so the side parser reads what the client reads.
+        up_headers = replace_header(up_headers, b"accept-encoding", b"identity")
+        mark_upstream_start(scope)
+        try:
+            response = await self.upstream.open(
+                "POST", "/v1/chat/completions", scope.get("query_string", b""), up_headers, raw
+            )
+        except UpstreamError as exc:
+            await send_error(
+                send,
+                exc.status,
+                exc.message,
+                "upstream_error",
+                exc.code,
+                headers=ctx.response_headers,
+            )
+            return
+        try:
+            exchange = await self._relay(send, response, ctx, deadline)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await response.aclose()
+        if exchange is not None and self.interceptors:
+            for interceptor in self.interceptors:
+                self.tasks.spawn(interceptor.after(ctx, exchange), name="exchange-hook")
+
+    async def _relay(
+        self, send: Send, response: Any, ctx: ChatContext, deadline: float
+    ) -> Exchange | None:
+        """Relay the answer; return the assembled exchange if it succeeded."""
+        success = 200 <= response.status_code < 300
+        streamed = "text/event-stream" in response.headers.get("content-type", "")
+        exchange = Exchange(
+            request=ctx.body,
+            request_headers=ctx.headers,
+            status=response.status_code,
+            streamed=streamed,
+            request_id=ctx.request_id,
+            scope_state=ctx.state,
+        )
+        if not success:
+            await relay_response(send, response, ctx.response_headers, deadline=deadline)
+            return None
+        if streamed:
+            assembler = StreamAssembler(exchange)
+            tap = DecodingTap(response.headers.get("content-encoding"), assembler.feed)
+            await relay_response(send, response, ctx.response_headers, tap, deadline)
+            if not tap.supported:
+                return None
+            assembler.close()
+            return exchange
+        buffer = bytearray()
+
+        def collect(chunk: bytes) -> None:
+            if len(buffer) <= JSON_TAP_LIMIT:
+                buffer.extend(chunk)
+
+        tap = DecodingTap(response.headers.get("content-encoding"), collect)
+        await relay_response(send, response, ctx.response_headers, tap, deadline)
+        if not tap.supported or len(buffer) > JSON_TAP_LIMIT:
+            return None
+        try:
+            parsed = json.loads(bytes(buffer))
+        except ValueError:
+            log.warning("upstream answered 2xx with a body that is not JSON; no exchange")
+            return None
+        if not isinstance(parsed, dict):
+            return None
+        return assemble_json(exchange, parsed)
+
+
+def _parse_body(raw: bytes) -> dict[str, Any] | str:
+    """The request as a dict, or a message saying what is wrong with it."""
+    if not raw.strip():
+        return "request body is empty; expected a JSON object"
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        return f"request body is not valid JSON: {exc}"
+    if not isinstance(body, dict):
+        return "request body must be a JSON object"
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return "'messages' is required and must be a list"
+    return body

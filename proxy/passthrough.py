@@ -1,0 +1,62 @@
+"""Every route that is not a chat completion: forwarded untouched, streamed both ways."""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+
+from proxy.asgi import Receive, Scope, Send, header_value
+from proxy.downstream import Downstream
+from proxy.errors import send_error
+from proxy.headers import replace_header, request_headers_for_upstream
+from proxy.relay import relay_response
+from proxy.timing import mark_upstream_start
+from proxy.upstream import Upstream, UpstreamError
+
+log = logging.getLogger("memrelay.passthrough")
+
+# Bodies up to this size are buffered, which makes them safe to retry.
+BUFFER_LIMIT = 1024 * 1024
+
+
+class Passthrough:
+    """ASGI app forwarding method, path, query, headers and body as they came."""
+
+    def __init__(self, upstream: Upstream) -> None:
+        self.upstream = upstream
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        downstream = Downstream(receive)
+        await downstream.run(lambda: self._forward(scope, downstream, send))
+
+    async def _forward(self, scope: Scope, downstream: Downstream, send: Send) -> None:
+        settings = self.upstream.settings
+        headers = request_headers_for_upstream(scope["headers"])
+        prefix, whole = await downstream.read_prefix(BUFFER_LIMIT)
+        if whole:
+            content: bytes | object = prefix
+        else:
+            content = downstream.rest(prefix)
+            length = header_value(scope, b"content-length")
+            if length is not None:
+                headers = replace_header(headers, b"content-length", length)
+        path = scope.get("raw_path", scope["path"].encode()).decode("latin-1").split("?", 1)[0]
+        mark_upstream_start(scope)
+        deadline = anyio.current_time() + settings.total_timeout
+        try:
+            response = await self.upstream.open(
+                scope["method"],
+                path,
+                scope.get("query_string", b""),
+                headers,
+                content,  # type: ignore[arg-type]
+            )
+        except UpstreamError as exc:
+            await send_error(send, exc.status, exc.message, "upstream_error", exc.code)
+            return
+        try:
+            await relay_response(send, response, [], deadline=deadline)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await response.aclose()

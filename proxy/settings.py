@@ -1,0 +1,46 @@
+"""One settings object for the whole process, read from flags and MEMRELAY_* variables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Every knob memrelay has; the CLI overrides what the environment sets."""
+
+    model_config = SettingsConfigDict(env_prefix="MEMRELAY_", extra="ignore")
+
+    upstream_url: str | None = Field(
+        default=None, description="OpenAI-compatible upstream, with or without a trailing /v1."
+    )
+    host: str = "127.0.0.1"
+    port: int = Field(default=8421, ge=0, le=65535)
+    db: Path = Field(default=Path("memrelay.db"), description="The SQLite memory database.")
+
+    connect_timeout: float = Field(default=10.0, gt=0, description="Seconds to connect upstream.")
+    first_byte_timeout: float = Field(
+        default=120.0, gt=0, description="Seconds until the upstream answers, and between chunks."
+    )
+    total_timeout: float = Field(default=600.0, gt=0, description="Seconds for a whole exchange.")
+    max_body_bytes: int = Field(
+        default=8 * 1024 * 1024, gt=0, description="Largest chat completion request body."
+    )
+    retries: int = Field(default=2, ge=0, le=10, description="Upstream retries before any byte.")
+    retry_max_wait: float = Field(
+        default=10.0, ge=0, description="Longest Retry-After honoured; longer ones are not retried."
+    )
+    pool_connections: int = Field(default=256, gt=0)
+    log_level: str = "info"
+
+    @field_validator("upstream_url")
+    @classmethod
+    def _strip_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        value = value.strip()
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("upstream URL must start with http:// or https://")
+        return value

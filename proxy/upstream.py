@@ -1,0 +1,176 @@
+"""The upstream seam: one pooled httpx client, URL joining, timeouts and bounded retries.
+
+Retries happen only here and only before the response is handed back, so no byte has
+reached the client yet: connect errors, 429 and 502/503/504, with jittered backoff that
+honours Retry-After up to a cap.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from collections.abc import AsyncIterable
+from datetime import UTC, datetime
+
+import anyio
+import httpx
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_random_exponential,
+)
+
+from proxy.settings import Settings
+
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+
+
+class UpstreamError(Exception):
+    """The upstream could not be reached or did not answer in time."""
+
+    def __init__(self, status: int, message: str, code: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+
+
+class _RetryableStatus(Exception):
+    def __init__(self, retry_after: float | None) -> None:
+        super().__init__(f"retryable upstream status (retry after {retry_after})")
+        self.retry_after = retry_after
+
+
+def upstream_root(url: str) -> str:
+    """The upstream base without a trailing `/v1`, so `/v1/...` paths join without `/v1/v1`."""
+    url = url.rstrip("/")
+    if url.endswith("/v1"):
+        url = url[: -len("/v1")]
+    return url
+
+
+def retry_after_seconds(headers: httpx.Headers, now: float | None = None) -> float | None:
+    """Seconds the upstream asked us to wait: `retry-after-ms`, then `Retry-After`."""
+    if ms := headers.get("retry-after-ms"):
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    now_dt = datetime.fromtimestamp(now if now is not None else time.time(), UTC)
+    return max(0.0, (when - now_dt).total_seconds())
+
+
+class Upstream:
+    """Sends requests to the configured upstream through one shared, pooled client."""
+
+    def __init__(self, settings: Settings, client: httpx.AsyncClient | None = None) -> None:
+        if not settings.upstream_url:
+            raise ValueError("no upstream URL configured")
+        self.settings = settings
+        self.root = upstream_root(settings.upstream_url)
+        self.client = client or httpx.AsyncClient(
+            timeout=httpx.Timeout(
+                connect=settings.connect_timeout,
+                read=settings.first_byte_timeout,
+                write=settings.first_byte_timeout,
+                pool=settings.connect_timeout,
+            ),
+            limits=httpx.Limits(
+                max_connections=settings.pool_connections,
+                max_keepalive_connections=settings.pool_connections,
+                keepalive_expiry=30,
+            ),
+            follow_redirects=False,
+            trust_env=False,
+        )
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    def url(self, path: str, query: bytes = b"") -> str:
+        url = self.root + path
+        if query:
+            url += "?" + query.decode("latin-1")
+        return url
+
+    async def open(
+        self,
+        method: str,
+        path: str,
+        query: bytes,
+        headers: list[tuple[bytes, bytes]],
+        content: bytes | AsyncIterable[bytes] | None,
+    ) -> httpx.Response:
+        """Send a request and return the streamed response once its headers arrived.
+
+        Byte bodies may be retried; a streamed body is sent once. The caller closes the
+        response. Raises UpstreamError (502 unreachable, 504 timed out).
+        """
+        retryable = content is None or isinstance(content, bytes)
+        attempts = self.settings.retries + 1 if retryable else 1
+        request = self.client.build_request(
+            method, self.url(path, query), headers=headers, content=content
+        )
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(attempts),
+            wait=self._wait,
+            retry=retry_if_exception_type((httpx.ConnectError, _RetryableStatus)),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    response = await self._send(request)
+                    last = attempt.retry_state.attempt_number >= attempts
+                    if response.status_code in RETRY_STATUSES and not last:
+                        wait = retry_after_seconds(response.headers)
+                        if wait is None or wait <= self.settings.retry_max_wait:
+                            await response.aclose()
+                            raise _RetryableStatus(wait)
+                    return response
+        except httpx.ConnectTimeout as exc:
+            raise UpstreamError(
+                504, f"timed out connecting to the upstream: {exc}", "upstream_timeout"
+            ) from exc
+        except httpx.TimeoutException as exc:
+            raise UpstreamError(
+                504, "the upstream did not answer in time", "upstream_timeout"
+            ) from exc
+        except (
+            httpx.ConnectError,
+            httpx.RemoteProtocolError,
+            httpx.ReadError,
+            httpx.WriteError,
+        ) as exc:
+            raise UpstreamError(
+                502, f"could not reach the upstream: {exc}", "upstream_unreachable"
+            ) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _send(self, request: httpx.Request) -> httpx.Response:
+        try:
+            with anyio.fail_after(self.settings.first_byte_timeout):
+                return await self.client.send(request, stream=True)
+        except TimeoutError as exc:
+            raise httpx.ReadTimeout("no response before the first-byte timeout") from exc
+
+    def _wait(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        if isinstance(exc, _RetryableStatus) and exc.retry_after is not None:
+            return exc.retry_after
+        return wait_random_exponential(multiplier=0.25, max=4)(state)

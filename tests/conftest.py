@@ -1,0 +1,55 @@
+"""Shared fixtures: a real fake upstream and real memrelay servers on loopback ports."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from proxy.app import create_app
+from proxy.settings import Settings
+from tests.fake_upstream import FakeUpstream
+from tests.servers import ServedApp
+
+
+@pytest.fixture(scope="session")
+def served_fake() -> Iterator[tuple[FakeUpstream, ServedApp]]:
+    fake = FakeUpstream()
+    with ServedApp(fake) as served:
+        yield fake, served
+
+
+@pytest.fixture
+def fake(served_fake: tuple[FakeUpstream, ServedApp]) -> FakeUpstream:
+    fake, _ = served_fake
+    fake.reset()
+    return fake
+
+
+@pytest.fixture
+def fake_url(served_fake: tuple[FakeUpstream, ServedApp]) -> str:
+    return served_fake[1].url
+
+
+@pytest.fixture
+def make_proxy(fake_url: str) -> Iterator[Callable[..., ServedApp]]:
+    """Start memrelay in front of the fake upstream; keyword arguments become settings."""
+    started: list[ServedApp] = []
+
+    def start(interceptors: list[Any] | None = None, **overrides: Any) -> ServedApp:
+        overrides.setdefault("upstream_url", fake_url + "/v1")
+        settings = Settings(**overrides)
+        served = ServedApp(create_app(settings, interceptors=interceptors))
+        served.__enter__()
+        started.append(served)
+        return served
+
+    yield start
+    for served in started:
+        served.__exit__(None, None, None)
+
+
+@pytest.fixture
+def proxy(make_proxy: Callable[..., ServedApp]) -> ServedApp:
+    return make_proxy()
