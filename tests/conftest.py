@@ -53,3 +53,33 @@ def make_proxy(fake_url: str) -> Iterator[Callable[..., ServedApp]]:
 @pytest.fixture
 def proxy(make_proxy: Callable[..., ServedApp]) -> ServedApp:
     return make_proxy()
+
+
+@pytest.fixture(scope="session")
+def embedder() -> Any:
+    """The real all-MiniLM-L6-v2 int8 model, loaded once per test session."""
+    from memory_core import FastEmbedEmbedder
+
+    model = FastEmbedEmbedder()
+    model.embed(["warm up"])
+    return model
+
+
+@pytest.fixture
+def store(tmp_path: Any, embedder: Any) -> Iterator[Any]:
+    """A real SQLite store in a temporary folder, driven from a private event loop."""
+    import asyncio
+
+    from memory_core import SQLiteStore
+
+    loop = asyncio.new_event_loop()
+    opened = loop.run_until_complete(SQLiteStore.open(tmp_path / "memory.db", embedder))
+    opened.loop = loop  # tests call `run(store.op(...))` through this loop
+    yield opened
+    loop.run_until_complete(opened.close())
+    loop.close()
+
+
+@pytest.fixture
+def run(store: Any) -> Callable[[Any], Any]:
+    return store.loop.run_until_complete

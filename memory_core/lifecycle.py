@@ -1,0 +1,206 @@
+"""State changes of memories, as functions run on the writer's connection.
+
+Each function runs inside one transaction together with its event, so the ledger and
+the data never disagree. Only active memories keep rows in the vector and text indexes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import numpy as np
+
+from memory_core.errors import InvalidInput, NotFound
+from memory_core.model import Memory, NewMemory, check_transition, content_hash, new_memory_id
+from memory_core.rows import append_event, fetch_memory
+from memory_core.sqlite_db import Connection, IntegrityError
+
+
+def insert_memory(
+    conn: Connection,
+    tenant: str,
+    space: str,
+    new: NewMemory,
+    vector: np.ndarray | None,
+    actor: str,
+    *,
+    memory_id: str | None = None,
+    status: str = "active",
+    created_at: float | None = None,
+    updated_at: float | None = None,
+    extra: dict[str, Any] | None = None,
+    provenance: list[dict[str, Any]] | None = None,
+    record_event: bool = True,
+) -> Memory:
+    """Insert one memory (and, when active, its vector and text rows)."""
+    now = time.time()
+    extra = extra or {}
+    memory = Memory(
+        id=memory_id or new_memory_id(),
+        tenant=tenant,
+        space=space,
+        kind=new.kind,
+        content=new.content if status != "forgotten" else None,
+        subject=new.subject if status != "forgotten" else None,
+        attribute=new.attribute if status != "forgotten" else None,
+        value=new.value if status != "forgotten" else None,
+        confidence=new.confidence,
+        source=new.source,
+        provenance=provenance
+        if provenance is not None
+        else ([new.provenance] if new.provenance else []),
+        status=status,
+        superseded_by=extra.get("superseded_by"),
+        status_reason=extra.get("status_reason"),
+        created_at=created_at if created_at is not None else now,
+        updated_at=updated_at if updated_at is not None else now,
+        expires_at=new.expires_at,
+        content_hash=content_hash(tenant, space, new.content) if status != "forgotten" else None,
+        entities=new.entities if status != "forgotten" else [],
+    )
+    try:
+        cursor = conn.execute(
+            "INSERT INTO memories (id, tenant, space, kind, content, subject, attribute, value,"
+            " confidence, source, provenance, status, superseded_by, status_reason, created_at,"
+            " updated_at, expires_at, content_hash, entities)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                memory.id,
+                tenant,
+                space,
+                memory.kind,
+                memory.content,
+                memory.subject,
+                memory.attribute,
+                memory.value,
+                memory.confidence,
+                memory.source,
+                json.dumps(memory.provenance),
+                memory.status,
+                memory.superseded_by,
+                memory.status_reason,
+                memory.created_at,
+                memory.updated_at,
+                memory.expires_at,
+                memory.content_hash,
+                json.dumps(memory.entities),
+            ),
+        )
+    except IntegrityError as exc:
+        raise InvalidInput(f"a memory with id {memory.id} already exists") from exc
+    rowid = cursor.lastrowid
+    if status == "active":
+        if vector is None:
+            raise InvalidInput("an active memory needs an embedding")
+        _index(conn, rowid, memory, vector)
+    if record_event:
+        append_event(
+            conn, memory, "added", actor, detail={"kind": memory.kind, "source": memory.source}
+        )
+    return memory
+
+
+def _index(conn: Connection, rowid: int, memory: Memory, vector: np.ndarray) -> None:
+    conn.execute(
+        "INSERT INTO memory_vec (rowid, tenant, space, kind, embedding) VALUES (?, ?, ?, ?, ?)",
+        (rowid, memory.tenant, memory.space, memory.kind, np.asarray(vector, np.float32).tobytes()),
+    )
+    conn.execute(
+        "INSERT INTO memory_fts (rowid, content, tenant, space) VALUES (?, ?, ?, ?)",
+        (rowid, memory.content, memory.tenant, memory.space),
+    )
+
+
+def _unindex(conn: Connection, rowid: int) -> None:
+    conn.execute("DELETE FROM memory_vec WHERE rowid = ?", (rowid,))
+    conn.execute("DELETE FROM memory_fts WHERE rowid = ?", (rowid,))
+
+
+def require(conn: Connection, tenant: str, memory_id: str) -> tuple[int, Memory]:
+    found = fetch_memory(conn, tenant, memory_id)
+    if found is None:
+        raise NotFound(f"no memory {memory_id!r} in tenant {tenant!r}")
+    return found
+
+
+def mark_superseded(
+    conn: Connection, tenant: str, old_id: str, new: Memory, reason: str, actor: str
+) -> Memory:
+    rowid, old = require(conn, tenant, old_id)
+    check_transition(old.status, "superseded")
+    if old.id == new.id:
+        raise InvalidInput("a memory cannot supersede itself")
+    now = time.time()
+    conn.execute(
+        "UPDATE memories SET status = 'superseded', superseded_by = ?, status_reason = ?,"
+        " updated_at = ? WHERE rowid = ?",
+        (new.id, reason, now, rowid),
+    )
+    _unindex(conn, rowid)
+    append_event(conn, old, "superseded", actor, reason, {"superseded_by": new.id}, at=now)
+    append_event(conn, new, "supersedes", actor, reason, {"supersedes": old.id}, at=now)
+    return require(conn, tenant, old_id)[1]
+
+
+def reinforce(
+    conn: Connection, tenant: str, memory_id: str, provenance: dict[str, Any] | None, actor: str
+) -> Memory:
+    """Raise confidence towards 1 and append provenance; no new row."""
+    rowid, memory = require(conn, tenant, memory_id)
+    if memory.status != "active":
+        raise InvalidInput(f"only active memories can be reinforced (this one is {memory.status})")
+    confidence = min(1.0, memory.confidence + (1.0 - memory.confidence) * 0.2)
+    trail = memory.provenance + ([provenance] if provenance else [])
+    now = time.time()
+    conn.execute(
+        "UPDATE memories SET confidence = ?, provenance = ?, updated_at = ? WHERE rowid = ?",
+        (confidence, json.dumps(trail[-50:]), now, rowid),
+    )
+    append_event(
+        conn,
+        memory,
+        "reinforced",
+        actor,
+        detail={"confidence_before": memory.confidence, "confidence": confidence},
+        at=now,
+    )
+    return require(conn, tenant, memory_id)[1]
+
+
+def forget(conn: Connection, tenant: str, memory_id: str, reason: str, actor: str) -> Memory:
+    """Erase content, slot, hash, provenance, entities, vector and text; keep the tombstone."""
+    rowid, memory = require(conn, tenant, memory_id)
+    check_transition(memory.status, "forgotten")
+    now = time.time()
+    _unindex(conn, rowid)
+    conn.execute(
+        "UPDATE memories SET content = NULL, subject = NULL, attribute = NULL, value = NULL,"
+        " content_hash = NULL, provenance = '[]', entities = '[]', confidence = 0,"
+        " status = 'forgotten', status_reason = ?, updated_at = ? WHERE rowid = ?",
+        (reason, now, rowid),
+    )
+    append_event(conn, memory, "forgotten", actor, reason, {"from": memory.status}, at=now)
+    return require(conn, tenant, memory_id)[1]
+
+
+def expire_due(conn: Connection, now: float, actor: str) -> list[Memory]:
+    rows = conn.execute(
+        "SELECT tenant, id FROM memories WHERE status = 'active' AND expires_at IS NOT NULL"
+        " AND expires_at <= ?",
+        (now,),
+    ).fetchall()
+    expired = []
+    for tenant, memory_id in rows:
+        rowid, memory = require(conn, tenant, memory_id)
+        check_transition(memory.status, "expired")
+        conn.execute(
+            "UPDATE memories SET status = 'expired', status_reason = 'expires_at passed',"
+            " updated_at = ? WHERE rowid = ?",
+            (now, rowid),
+        )
+        _unindex(conn, rowid)
+        append_event(conn, memory, "expired", actor, "expires_at passed", at=now)
+        expired.append(memory)
+    return expired

@@ -1,0 +1,69 @@
+"""Mapping between SQLite rows and Memory / Event objects, and appending events."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+from memory_core.model import Event, Memory
+from memory_core.sqlite_db import Connection
+
+MEMORY_COLUMNS = (
+    "id, tenant, space, kind, content, subject, attribute, value, confidence, source, "
+    "provenance, status, superseded_by, status_reason, created_at, updated_at, expires_at, "
+    "content_hash, entities"
+)
+EVENT_COLUMNS = "seq, event_id, memory_id, tenant, space, action, actor, reason, at, detail"
+
+
+def memory_from_row(row: tuple[Any, ...]) -> Memory:
+    values = list(row)
+    values[10] = json.loads(values[10] or "[]")
+    values[18] = json.loads(values[18] or "[]")
+    return Memory(*values)
+
+
+def event_from_row(row: tuple[Any, ...]) -> Event:
+    values = list(row)
+    values[9] = json.loads(values[9] or "{}")
+    return Event(*values)
+
+
+def append_event(
+    conn: Connection,
+    memory: Memory,
+    action: str,
+    actor: str,
+    reason: str | None = None,
+    detail: dict[str, Any] | None = None,
+    at: float | None = None,
+    event_id: str | None = None,
+) -> None:
+    """Record a state change; called inside the transaction that makes the change."""
+    conn.execute(
+        "INSERT OR IGNORE INTO events (event_id, memory_id, tenant, space, action, actor, reason,"
+        " at, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            event_id or uuid.uuid4().hex,
+            memory.id,
+            memory.tenant,
+            memory.space,
+            action,
+            actor,
+            reason,
+            at if at is not None else time.time(),
+            json.dumps(detail or {}, sort_keys=True),
+        ),
+    )
+
+
+def fetch_memory(conn: Connection, tenant: str, memory_id: str) -> tuple[int, Memory] | None:
+    row = conn.execute(
+        f"SELECT rowid, {MEMORY_COLUMNS} FROM memories WHERE tenant = ? AND id = ?",
+        (tenant, memory_id),
+    ).fetchone()
+    if row is None:
+        return None
+    return row[0], memory_from_row(row[1:])

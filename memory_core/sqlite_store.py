@@ -1,0 +1,352 @@
+"""The embedded memory store: one SQLite file with sqlite-vec and FTS5, async API."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memory_core import lifecycle, transfer
+from memory_core.embedder import Embedder
+from memory_core.errors import InvalidInput
+from memory_core.model import (
+    KINDS,
+    STATUSES,
+    Event,
+    Memory,
+    NewMemory,
+    normalise_slot,
+    validate_id,
+)
+from memory_core.recall import (
+    Recalled,
+    RecallQuery,
+    clean_query,
+    fts_query,
+    fuse,
+    knn,
+    load_active,
+    text_search,
+)
+from memory_core.rows import (
+    EVENT_COLUMNS,
+    MEMORY_COLUMNS,
+    event_from_row,
+    fetch_memory,
+    memory_from_row,
+)
+from memory_core.schema import migrate
+from memory_core.sqlite_db import Connection, connect
+from memory_core.store import ImportResult, ListQuery, Page
+from memory_core.threads import ConnectionThreads, transaction
+
+MAX_SPACES = 64
+MAX_LIMIT = 1000
+
+
+class SQLiteStore:
+    """Serialised writes, pooled reads, embedding off the event loop."""
+
+    def __init__(self, path: Path | str, embedder: Embedder, readers: int = 4) -> None:
+        self.path = Path(path)
+        self.embedder = embedder
+        self._readers_count = readers
+        self._writer: ConnectionThreads | None = None
+        self._readers: ConnectionThreads | None = None
+        self._embed_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memrelay-embed")
+
+    @classmethod
+    async def open(cls, path: Path | str, embedder: Embedder, readers: int = 4) -> SQLiteStore:
+        store = cls(path, embedder, readers)
+        await store.start()
+        return store
+
+    async def start(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = await asyncio.to_thread(connect, self.path)
+        try:
+            await asyncio.to_thread(migrate, conn, self.embedder.name, self.embedder.dim)
+        finally:
+            conn.close()
+        self._writer = ConnectionThreads(self.path, 1, "memrelay-write")
+        self._readers = ConnectionThreads(self.path, self._readers_count, "memrelay-read")
+
+    async def close(self) -> None:
+        for pool in (self._writer, self._readers):
+            if pool is not None:
+                await asyncio.to_thread(pool.close)
+        self._writer = self._readers = None
+        self._embed_pool.shutdown(wait=True)
+
+    # -- plumbing -------------------------------------------------------------------
+
+    async def _write(self, fn: Any) -> Any:
+        if self._writer is None:
+            raise RuntimeError("the store is not open")
+        return await self._writer.run(lambda conn: transaction(conn, fn))
+
+    async def _read(self, fn: Any) -> Any:
+        if self._readers is None:
+            raise RuntimeError("the store is not open")
+        return await self._readers.run(fn)
+
+    async def embed(self, texts: list[str]) -> np.ndarray:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._embed_pool, self.embedder.embed, texts)
+
+    async def checkpoint(self) -> None:
+        """Fold the WAL into the database file and truncate it."""
+        if self._writer is None:
+            raise RuntimeError("the store is not open")
+        await self._writer.run(lambda c: c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall())
+
+    # -- writes ---------------------------------------------------------------------
+
+    async def add(self, tenant: str, space: str, new: NewMemory, actor: str = "system") -> Memory:
+        return (await self.add_many(tenant, space, [new], actor))[0]
+
+    async def add_many(
+        self, tenant: str, space: str, items: list[NewMemory], actor: str = "system"
+    ) -> list[Memory]:
+        validate_id(tenant, "tenant")
+        validate_id(space, "space")
+        checked = [item.validated() for item in items]
+        vectors = await self.embed([item.content for item in checked])
+
+        def write(conn: Connection) -> list[Memory]:
+            return [
+                lifecycle.insert_memory(conn, tenant, space, item, vectors[i], actor)
+                for i, item in enumerate(checked)
+            ]
+
+        return await self._write(write)
+
+    async def supersede(
+        self, tenant: str, old_id: str, new: NewMemory | str, reason: str, actor: str = "system"
+    ) -> tuple[Memory, Memory]:
+        """Replace `old_id` by a new memory (or by an existing active one, given its id)."""
+        validate_id(tenant, "tenant")
+        if isinstance(new, NewMemory):
+            checked = new.validated()
+            vector = (await self.embed([checked.content]))[0]
+        else:
+            checked, vector = None, None
+
+        def write(conn: Connection) -> tuple[Memory, Memory]:
+            _, old = lifecycle.require(conn, tenant, old_id)
+            if checked is not None:
+                replacement = lifecycle.insert_memory(
+                    conn, tenant, old.space, checked, vector, actor
+                )
+            else:
+                _, replacement = lifecycle.require(conn, tenant, str(new))
+                if replacement.status != "active":
+                    raise InvalidInput("the replacement memory must be active")
+            superseded = lifecycle.mark_superseded(conn, tenant, old_id, replacement, reason, actor)
+            return superseded, replacement
+
+        return await self._write(write)
+
+    async def reinforce(
+        self,
+        tenant: str,
+        memory_id: str,
+        provenance: dict[str, Any] | None = None,
+        actor: str = "system",
+    ) -> Memory:
+        validate_id(tenant, "tenant")
+        return await self._write(
+            lambda conn: lifecycle.reinforce(conn, tenant, memory_id, provenance, actor)
+        )
+
+    async def forget(
+        self, tenant: str, memory_id: str, reason: str, actor: str = "system"
+    ) -> Memory:
+        validate_id(tenant, "tenant")
+        memory = await self._write(
+            lambda conn: lifecycle.forget(conn, tenant, memory_id, reason, actor)
+        )
+        await self.checkpoint()
+        return memory
+
+    async def expire_due(self, now: float | None = None) -> int:
+        moment = time.time() if now is None else now
+        expired = await self._write(lambda conn: lifecycle.expire_due(conn, moment, "expiry"))
+        return len(expired)
+
+    # -- reads ----------------------------------------------------------------------
+
+    async def get(self, tenant: str, memory_id: str) -> Memory | None:
+        validate_id(tenant, "tenant")
+        found = await self._read(lambda conn: fetch_memory(conn, tenant, memory_id))
+        return found[1] if found else None
+
+    async def list(self, query: ListQuery) -> Page:
+        validate_id(query.tenant, "tenant")
+        sql = f"SELECT rowid, {MEMORY_COLUMNS} FROM memories WHERE tenant = ?"
+        params: list[Any] = [query.tenant]
+        for column, values, allowed in (
+            ("space", query.spaces, None),
+            ("status", query.statuses, STATUSES),
+            ("kind", query.kinds, KINDS),
+        ):
+            if values:
+                for value in values:
+                    if allowed is not None and value not in allowed:
+                        raise InvalidInput(f"{column} must be one of {', '.join(allowed)}")
+                    if column == "space":
+                        validate_id(value, "space")
+                sql += f" AND {column} IN ({','.join('?' * len(values))})"
+                params += values
+        for column, value in (("subject", query.subject), ("attribute", query.attribute)):
+            if value:
+                sql += f" AND {column} = ?"
+                params.append(normalise_slot(value))
+        if query.created_after is not None:
+            sql += " AND created_at >= ?"
+            params.append(query.created_after)
+        if query.created_before is not None:
+            sql += " AND created_at < ?"
+            params.append(query.created_before)
+        if query.cursor:
+            try:
+                sql += " AND rowid < ?"
+                params.append(int(query.cursor))
+            except ValueError as exc:
+                raise InvalidInput(f"bad cursor {query.cursor!r}") from exc
+        limit = max(1, min(query.limit, MAX_LIMIT))
+        sql += " ORDER BY rowid DESC LIMIT ?"
+        params.append(limit + 1)
+        rows = await self._read(lambda conn: conn.execute(sql, params).fetchall())
+        items = [memory_from_row(row[1:]) for row in rows[:limit]]
+        next_cursor = str(rows[limit - 1][0]) if len(rows) > limit else None
+        return Page(items, next_cursor)
+
+    async def find_slot(
+        self, tenant: str, space: str, subject: str, attribute: str
+    ) -> list[Memory]:
+        page = await self.list(
+            ListQuery(tenant, [space], subject=subject, attribute=attribute, limit=20)
+        )
+        return [m for m in page.items if m.subject and m.attribute]
+
+    async def history(self, tenant: str, memory_id: str) -> list[Event]:
+        validate_id(tenant, "tenant")
+        rows = await self._read(
+            lambda conn: conn.execute(
+                f"SELECT {EVENT_COLUMNS} FROM events WHERE tenant = ? AND memory_id = ?"
+                " ORDER BY seq",
+                (tenant, memory_id),
+            ).fetchall()
+        )
+        return [event_from_row(row) for row in rows]
+
+    async def events(self, tenant: str, since: int = 0, limit: int = 100) -> list[Event]:
+        validate_id(tenant, "tenant")
+        limit = max(1, min(limit, MAX_LIMIT))
+        rows = await self._read(
+            lambda conn: conn.execute(
+                f"SELECT {EVENT_COLUMNS} FROM events WHERE tenant = ? AND seq > ?"
+                " ORDER BY seq LIMIT ?",
+                (tenant, since, limit),
+            ).fetchall()
+        )
+        return [event_from_row(row) for row in rows]
+
+    async def stats(self, tenant: str) -> dict[str, Any]:
+        validate_id(tenant, "tenant")
+
+        def count(conn: Connection) -> dict[str, Any]:
+            out: dict[str, Any] = {"tenant": tenant, "total": 0}
+            for column in ("status", "kind", "space"):
+                rows = conn.execute(
+                    f"SELECT {column}, count(*) FROM memories WHERE tenant = ? GROUP BY {column}",
+                    (tenant,),
+                ).fetchall()
+                out[f"by_{column}"] = dict(rows)
+            out["total"] = sum(out["by_status"].values())
+            out["events"] = conn.execute(
+                "SELECT count(*) FROM events WHERE tenant = ?", (tenant,)
+            ).fetchone()[0]
+            return out
+
+        return await self._read(count)
+
+    async def recall(self, query: RecallQuery) -> list[Recalled]:
+        """Hybrid recall over active memories of one tenant and its read spaces."""
+        validate_id(query.tenant, "tenant")
+        if not query.spaces:
+            return []
+        if len(query.spaces) > MAX_SPACES:
+            raise InvalidInput(f"at most {MAX_SPACES} read spaces")
+        for space in query.spaces:
+            validate_id(space, "space")
+        text = clean_query(query.text)
+        match = fts_query(text) if query.use_text else None
+        if not text or (match is None and not query.use_vector):
+            return []
+        vector = (await self.embed([text]))[0] if query.use_vector else None
+        pool = max(query.top_k * 4, 40)
+        now = time.time()
+
+        def search(conn: Connection) -> list[Recalled]:
+            vector_hits = knn(conn, query, vector, pool) if vector is not None else []
+            text_hits = text_search(conn, query, match, pool) if match else []
+            rowids = list({r for r, _ in vector_hits} | {r for r, _ in text_hits})
+            memories = load_active(conn, query, rowids, now)
+            return fuse(query, vector_hits, text_hits, memories, now)
+
+        return await self._read(search)
+
+    async def nearest(
+        self, tenant: str, space: str, text: str, k: int = 5
+    ) -> list[tuple[Memory, float]]:
+        """Active memories of one space nearest in meaning to `text`, with cosine similarity."""
+        query = RecallQuery(tenant, [space], text, top_k=k, use_text=False)
+        results = await self.recall(query)
+        return [(r.memory, r.breakdown.get("vector_similarity", 0.0)) for r in results]
+
+    # -- transfer -------------------------------------------------------------------
+
+    async def export(self, tenant: str) -> AsyncIterator[str]:
+        """JSONL, one memory per line with its events, in batches (constant memory)."""
+        validate_id(tenant, "tenant")
+        after = 0
+        while True:
+            batch, after = await self._read(
+                lambda conn, a=after: transfer.export_batch(conn, tenant, a, 200)
+            )
+            if not batch:
+                return
+            for line in batch:
+                yield line
+
+    async def import_lines(self, tenant: str, lines: Iterable[str]) -> ImportResult:
+        """Import JSONL from `export`; keeps ids and history; importing twice changes nothing."""
+        validate_id(tenant, "tenant")
+        result = ImportResult()
+        batch: list[tuple[int, dict[str, Any]]] = []
+        for number, line in enumerate(lines, start=1):
+            record = transfer.parse_line(line, number, result)
+            if record is not None:
+                batch.append((number, record))
+            if len(batch) >= 200:
+                await self._import_batch(tenant, batch, result)
+                batch = []
+        if batch:
+            await self._import_batch(tenant, batch, result)
+        return result
+
+    async def _import_batch(
+        self, tenant: str, batch: list[tuple[int, dict[str, Any]]], result: ImportResult
+    ) -> None:
+        texts = [r["content"] for _, r in batch if r.get("status") == "active" and r.get("content")]
+        vectors = await self.embed(texts)
+        await self._write(
+            lambda conn: transfer.import_records(conn, tenant, batch, vectors, result)
+        )

@@ -1,0 +1,143 @@
+"""Export and import as JSONL: one memory per line, with its whole event history."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from memory_core import lifecycle
+from memory_core.errors import InvalidInput
+from memory_core.model import STATUSES, NewMemory, validate_id
+from memory_core.rows import (
+    EVENT_COLUMNS,
+    MEMORY_COLUMNS,
+    append_event,
+    event_from_row,
+    memory_from_row,
+)
+from memory_core.sqlite_db import Connection
+from memory_core.store import ImportResult
+
+FORMAT = "memrelay.memory.v1"
+
+
+def export_batch(
+    conn: Connection, tenant: str, after_rowid: int, size: int
+) -> tuple[list[str], int]:
+    rows = conn.execute(
+        f"SELECT rowid, {MEMORY_COLUMNS} FROM memories WHERE tenant = ? AND rowid > ?"
+        " ORDER BY rowid LIMIT ?",
+        (tenant, after_rowid, size),
+    ).fetchall()
+    lines = []
+    for row in rows:
+        memory = memory_from_row(row[1:])
+        events = conn.execute(
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE tenant = ? AND memory_id = ? ORDER BY seq",
+            (tenant, memory.id),
+        ).fetchall()
+        record = {"format": FORMAT, **memory.as_dict()}
+        record.pop("severity")
+        record["events"] = [
+            {k: v for k, v in event_from_row(e).as_dict().items() if k not in ("seq", "tenant")}
+            for e in events
+        ]
+        lines.append(json.dumps(record, ensure_ascii=False, sort_keys=True))
+    return lines, (rows[-1][0] if rows else after_rowid)
+
+
+def parse_line(line: str, number: int, result: ImportResult) -> dict[str, Any] | None:
+    line = line.strip()
+    if not line:
+        return None
+    try:
+        record = json.loads(line)
+    except ValueError as exc:
+        result.errors.append(f"line {number}: not JSON ({exc})")
+        return None
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
+        result.errors.append(f"line {number}: not a {FORMAT} record")
+        return None
+    if not isinstance(record.get("id"), str) or record.get("status") not in STATUSES:
+        result.errors.append(f"line {number}: missing id or unknown status")
+        return None
+    return record
+
+
+def import_records(
+    conn: Connection,
+    tenant: str,
+    batch: list[tuple[int, dict[str, Any]]],
+    vectors: np.ndarray,
+    result: ImportResult,
+) -> None:
+    next_vector = 0
+    for number, record in batch:
+        needs_vector = record["status"] == "active" and bool(record.get("content"))
+        vector = vectors[next_vector] if needs_vector else None
+        next_vector += int(needs_vector)
+        owner = conn.execute("SELECT tenant FROM memories WHERE id = ?", (record["id"],)).fetchone()
+        if owner is not None:
+            if owner[0] == tenant:
+                result.skipped += 1
+            else:
+                result.errors.append(f"line {number}: id {record['id']} belongs to another tenant")
+            continue
+        conn.execute("SAVEPOINT import_one")
+        try:
+            _insert(conn, tenant, record, vector)
+        except (InvalidInput, KeyError, TypeError, ValueError) as exc:
+            conn.execute("ROLLBACK TO import_one")
+            result.errors.append(f"line {number}: {exc}")
+        else:
+            result.imported += 1
+        conn.execute("RELEASE import_one")
+
+
+def _insert(conn: Connection, tenant: str, record: dict[str, Any], vector: Any) -> None:
+    status = record["status"]
+    content = record.get("content") or ""
+    new = NewMemory(
+        content=content or "(forgotten)",
+        kind=record.get("kind", "fact"),
+        subject=record.get("subject"),
+        attribute=record.get("attribute"),
+        value=record.get("value"),
+        confidence=float(record.get("confidence", 0.8)),
+        source=record.get("source", "import"),
+        expires_at=record.get("expires_at"),
+        entities=list(record.get("entities") or []),
+    ).validated()
+    memory = lifecycle.insert_memory(
+        conn,
+        tenant,
+        validate_id(record.get("space", "default"), "space"),
+        new,
+        vector,
+        "import",
+        memory_id=record["id"],
+        status=status,
+        created_at=record.get("created_at"),
+        updated_at=record.get("updated_at"),
+        extra={
+            "superseded_by": record.get("superseded_by"),
+            "status_reason": record.get("status_reason"),
+        },
+        provenance=list(record.get("provenance") or []),
+        record_event=False,
+    )
+    events = record.get("events") or []
+    for event in events:
+        append_event(
+            conn,
+            memory,
+            event["action"],
+            event.get("actor", "import"),
+            event.get("reason"),
+            event.get("detail") or {},
+            at=event.get("at"),
+            event_id=event.get("event_id"),
+        )
+    append_event(conn, memory, "imported", "import", detail={"events": len(events)})
