@@ -13,7 +13,14 @@ from typing import Any
 import numpy as np
 
 from memory_core.errors import InvalidInput, NotFound
-from memory_core.model import Memory, NewMemory, check_transition, content_hash, new_memory_id
+from memory_core.model import (
+    Memory,
+    NewMemory,
+    check_transition,
+    content_hash,
+    new_memory_id,
+    scope_tokens,
+)
 from memory_core.rows import append_event, fetch_memory
 from memory_core.sqlite_db import Connection, IntegrityError
 
@@ -108,8 +115,8 @@ def _index(conn: Connection, rowid: int, memory: Memory, vector: np.ndarray) -> 
         (rowid, memory.tenant, memory.space, memory.kind, np.asarray(vector, np.float32).tobytes()),
     )
     conn.execute(
-        "INSERT INTO memory_fts (rowid, content, tenant, space) VALUES (?, ?, ?, ?)",
-        (rowid, memory.content, memory.tenant, memory.space),
+        "INSERT INTO memory_fts (rowid, content, scope) VALUES (?, ?, ?)",
+        (rowid, memory.content, scope_tokens(memory.tenant, memory.space)),
     )
 
 

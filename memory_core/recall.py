@@ -9,19 +9,24 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 import time
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import snowballstemmer
 
-from memory_core.model import Memory
+from memory_core.model import Memory, scope_token
 from memory_core.rows import MEMORY_COLUMNS, memory_from_row
 from memory_core.sqlite_db import Connection
 
 RRF_K = 60
 MAX_QUERY_CHARS = 4_000
 MAX_QUERY_TERMS = 32
+POSTINGS_BUDGET = 10_000
+_STEMMERS = threading.local()  # snowball stemmers keep state: one per thread
 SEVERITY_BOOST = {"critical": 1.2, "antipattern": 1.1, "context": 1.0}
 RECENCY_HALF_LIFE_DAYS = 30.0
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -64,18 +69,60 @@ def clean_query(text: str) -> str:
     return text[-MAX_QUERY_CHARS:]
 
 
-def fts_query(text: str) -> str | None:
-    """An FTS5 OR-query of the distinct, non-stopword terms, each quoted (no syntax leaks)."""
+def query_terms(text: str) -> list[str]:
+    """Distinct non-stopword words of the query, accents folded, at most MAX_QUERY_TERMS."""
     terms: list[str] = []
-    seen: set[str] = set()
-    for word in _WORD.findall(text.lower()):
-        if word in STOPWORDS or word in seen or (len(word) < 2 and not word.isdigit()):
+    for word in _WORD.findall(_fold(text)):
+        if word in STOPWORDS or word in terms or (len(word) < 2 and not word.isdigit()):
             continue
-        seen.add(word)
-        terms.append(f'"{word}"')
+        terms.append(word)
         if len(terms) >= MAX_QUERY_TERMS:
             break
-    return " OR ".join(terms) if terms else None
+    return terms
+
+
+def _fold(text: str) -> str:
+    decomposed = unicodedata.normalize("NFKD", text.lower())
+    return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
+
+
+def choose_terms(conn: Connection, terms: list[str]) -> list[str]:
+    """The rarest terms, up to a postings budget, so BM25 work stays bounded.
+
+    BM25 scores every document a term matches; a term in a fifth of a 100k tenant costs
+    tens of milliseconds and adds little to the ranking. Document frequencies come from
+    the index vocabulary (its porter stems, computed here the same way). Terms the index
+    has never seen cannot match and are dropped; the rarest term is always kept.
+    """
+    stemmer = getattr(_STEMMERS, "porter", None)
+    if stemmer is None:
+        stemmer = _STEMMERS.porter = snowballstemmer.stemmer("porter")
+    stems = {stemmer.stemWord(term): term for term in terms}
+    if not stems:
+        return []
+    rows = conn.execute(
+        f"SELECT term, doc FROM memory_fts_vocab WHERE term IN ({_in(list(stems))})", list(stems)
+    ).fetchall()
+    chosen: list[str] = []
+    total = 0
+    for stem, docs in sorted(rows, key=lambda row: row[1]):
+        if chosen and total + docs > POSTINGS_BUDGET:
+            break
+        chosen.append(stems[stem])
+        total += docs
+    return chosen
+
+
+def fts_match(tenant: str, spaces: list[str], terms: list[str]) -> str:
+    """An FTS5 query: the scope token AND any of the (quoted) terms.
+
+    One read space uses its own token; several use the tenant's token, because FTS5
+    pays for an OR of scope tokens about as much as for each token alone. Rows of the
+    tenant's other spaces are then dropped by `load_active` (the caller over-fetches).
+    """
+    scope = scope_token(tenant, spaces[0]) if len(spaces) == 1 else scope_token(tenant)
+    words = " OR ".join(f'"{term}"' for term in terms)
+    return f'scope : "{scope}" AND content : ({words})'
 
 
 def _in(values: list[Any]) -> str:
@@ -95,13 +142,19 @@ def knn(conn: Connection, q: RecallQuery, vector: np.ndarray, k: int) -> list[tu
     return [(rowid, 1.0 - distance) for rowid, distance in conn.execute(sql, params)]
 
 
-def text_search(conn: Connection, q: RecallQuery, match: str, k: int) -> list[tuple[int, float]]:
-    """BM25 over active memories of this tenant in the read spaces (lower bm25 is better)."""
+def text_search(
+    conn: Connection, q: RecallQuery, terms: list[str], k: int
+) -> list[tuple[int, float]]:
+    """BM25 (content column only) within the read spaces' scope; lower bm25 is better."""
+    chosen = choose_terms(conn, terms)
+    if not chosen:
+        return []
     sql = (
-        "SELECT rowid, bm25(memory_fts) AS s FROM memory_fts WHERE memory_fts MATCH ?"
-        f" AND tenant = ? AND space IN ({_in(q.spaces)}) ORDER BY s LIMIT ?"
+        "SELECT rowid, bm25(memory_fts, 1.0, 0.0) AS s FROM memory_fts"
+        " WHERE memory_fts MATCH ? ORDER BY s LIMIT ?"
     )
-    return list(conn.execute(sql, [match, q.tenant, *q.spaces, k]))
+    limit = k if len(q.spaces) == 1 else k * 3
+    return list(conn.execute(sql, [fts_match(q.tenant, q.spaces, chosen), limit]))
 
 
 def load_active(
@@ -135,6 +188,9 @@ def fuse(
     """Reciprocal rank fusion, then confidence, recency and severity; best first."""
     now = now if now is not None else time.time()
     parts: dict[int, dict[str, Any]] = {}
+    # Ranks count only candidates that passed the guard (in scope, active).
+    vector_hits = [hit for hit in vector_hits if hit[0] in memories]
+    text_hits = [hit for hit in text_hits if hit[0] in memories]
     for rank, (rowid, similarity) in enumerate(vector_hits, start=1):
         parts.setdefault(rowid, {})
         parts[rowid].update(vector_rank=rank, vector_similarity=round(similarity, 4))
@@ -143,9 +199,7 @@ def fuse(
         parts[rowid].update(text_rank=rank, text_bm25=round(-bm25, 4))
     results = []
     for rowid, info in parts.items():
-        memory = memories.get(rowid)
-        if memory is None:
-            continue
+        memory = memories[rowid]
         if "text_rank" not in info and info.get("vector_similarity", 1.0) < q.min_similarity:
             continue
         rrf = sum(1.0 / (RRF_K + info[key]) for key in ("vector_rank", "text_rank") if key in info)

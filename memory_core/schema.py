@@ -56,10 +56,13 @@ def _v1(dim: int) -> list[str]:
             kind TEXT,
             embedding float[{dim}] distance_metric=cosine
         )""",
+        # `scope` holds one opaque token per (tenant, space), so that the full-text
+        # index itself narrows matches to the read spaces (see recall.scope_token).
         """CREATE VIRTUAL TABLE memory_fts USING fts5(
-            content, tenant UNINDEXED, space UNINDEXED,
+            content, scope,
             tokenize = 'porter unicode61 remove_diacritics 2'
         )""",
+        "CREATE VIRTUAL TABLE memory_fts_vocab USING fts5vocab(memory_fts, 'row')",
         # Deleting a row removes its tokens from the index at once (forget must erase).
         "INSERT INTO memory_fts (memory_fts, rank) VALUES ('secure-delete', 1)",
     ]

@@ -27,10 +27,10 @@ from memory_core.recall import (
     Recalled,
     RecallQuery,
     clean_query,
-    fts_query,
     fuse,
     knn,
     load_active,
+    query_terms,
     text_search,
 )
 from memory_core.rows import (
@@ -44,6 +44,7 @@ from memory_core.schema import migrate
 from memory_core.sqlite_db import Connection, connect
 from memory_core.store import ImportResult, ListQuery, Page
 from memory_core.threads import ConnectionThreads, transaction
+from memory_core.vector_cache import VectorCache
 
 MAX_SPACES = 64
 MAX_LIMIT = 1000
@@ -52,8 +53,11 @@ MAX_LIMIT = 1000
 class SQLiteStore:
     """Serialised writes, pooled reads, embedding off the event loop."""
 
-    def __init__(self, path: Path | str, embedder: Embedder, readers: int = 4) -> None:
+    def __init__(
+        self, path: Path | str, embedder: Embedder, readers: int = 4, vector_cache: bool = True
+    ) -> None:
         self.path = Path(path)
+        self._cache = VectorCache(embedder.dim) if vector_cache else None
         self.embedder = embedder
         self._readers_count = readers
         self._writer: ConnectionThreads | None = None
@@ -61,8 +65,11 @@ class SQLiteStore:
         self._embed_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memrelay-embed")
 
     @classmethod
-    async def open(cls, path: Path | str, embedder: Embedder, readers: int = 4) -> SQLiteStore:
-        store = cls(path, embedder, readers)
+    async def open(
+        cls, path: Path | str, embedder: Embedder, readers: int = 4, vector_cache: bool = True
+    ) -> SQLiteStore:
+        """Open (creating or migrating) the database; `vector_cache` keeps KNN in memory."""
+        store = cls(path, embedder, readers, vector_cache)
         await store.start()
         return store
 
@@ -113,10 +120,24 @@ class SQLiteStore:
     async def add_many(
         self, tenant: str, space: str, items: list[NewMemory], actor: str = "system"
     ) -> list[Memory]:
+        checked = [item.validated() for item in items]
+        vectors = await self.embed([item.content for item in checked])
+        return await self.add_embedded(tenant, space, checked, vectors, actor)
+
+    async def add_embedded(
+        self,
+        tenant: str,
+        space: str,
+        items: list[NewMemory],
+        vectors: np.ndarray,
+        actor: str = "system",
+    ) -> list[Memory]:
+        """Add memories whose embeddings the caller already computed (bulk loads)."""
         validate_id(tenant, "tenant")
         validate_id(space, "space")
         checked = [item.validated() for item in items]
-        vectors = await self.embed([item.content for item in checked])
+        if len(vectors) != len(checked) or (len(checked) and vectors.shape[1] != self.embedder.dim):
+            raise InvalidInput("one vector of the embedder's dimension is needed per memory")
 
         def write(conn: Connection) -> list[Memory]:
             return [
@@ -287,21 +308,32 @@ class SQLiteStore:
         for space in query.spaces:
             validate_id(space, "space")
         text = clean_query(query.text)
-        match = fts_query(text) if query.use_text else None
-        if not text or (match is None and not query.use_vector):
+        terms = query_terms(text) if query.use_text else []
+        if not text or (not terms and not query.use_vector):
             return []
         vector = (await self.embed([text]))[0] if query.use_vector else None
         pool = max(query.top_k * 4, 40)
         now = time.time()
 
         def search(conn: Connection) -> list[Recalled]:
-            vector_hits = knn(conn, query, vector, pool) if vector is not None else []
-            text_hits = text_search(conn, query, match, pool) if match else []
-            rowids = list({r for r, _ in vector_hits} | {r for r, _ in text_hits})
-            memories = load_active(conn, query, rowids, now)
+            conn.execute("BEGIN")  # one snapshot for the cache check, both searches and the guard
+            try:
+                vector_hits = self._knn(conn, query, vector, pool) if vector is not None else []
+                text_hits = text_search(conn, query, terms, pool) if terms else []
+                rowids = list({r for r, _ in vector_hits} | {r for r, _ in text_hits})
+                memories = load_active(conn, query, rowids, now)
+            finally:
+                conn.execute("COMMIT")
             return fuse(query, vector_hits, text_hits, memories, now)
 
         return await self._read(search)
+
+    def _knn(
+        self, conn: Connection, query: RecallQuery, vector: np.ndarray, k: int
+    ) -> list[tuple[int, float]]:
+        if self._cache is None:
+            return knn(conn, query, vector, k)
+        return self._cache.search(conn, query.tenant, query.spaces, query.kinds, vector, k)
 
     async def nearest(
         self, tenant: str, space: str, text: str, k: int = 5

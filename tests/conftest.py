@@ -65,15 +65,20 @@ def embedder() -> Any:
     return model
 
 
-@pytest.fixture
-def store(tmp_path: Any, embedder: Any) -> Iterator[Any]:
-    """A real SQLite store in a temporary folder, driven from a private event loop."""
+@pytest.fixture(params=[True, False], ids=["vector-cache", "vec0-knn"])
+def store(request: Any, tmp_path: Any, embedder: Any) -> Iterator[Any]:
+    """A real SQLite store in a temporary folder, driven from a private event loop.
+
+    Every store test runs twice: KNN from the in-memory vector cache, and from vec0.
+    """
     import asyncio
 
     from memory_core import SQLiteStore
 
     loop = asyncio.new_event_loop()
-    opened = loop.run_until_complete(SQLiteStore.open(tmp_path / "memory.db", embedder))
+    opened = loop.run_until_complete(
+        SQLiteStore.open(tmp_path / "memory.db", embedder, vector_cache=request.param)
+    )
     opened.loop = loop  # tests call `run(store.op(...))` through this loop
     yield opened
     loop.run_until_complete(opened.close())

@@ -268,3 +268,19 @@ def test_recall_breakdown_explains_score(store, run):
     assert {"vector_rank", "vector_similarity", "text_rank", "rrf", "score"} <= set(top.breakdown)
     assert top.breakdown["severity_factor"] > 1
     assert [r.score for r in results] == sorted((r.score for r in results), reverse=True)
+
+
+def test_vector_cache_follows_writes_from_another_connection(store, run, embedder):
+    """A second store on the same file (as the CLI would be) changes what recall sees."""
+    first = run(store.add("acme", "default", NewMemory("The user's cat is called Miso")))
+    assert [
+        r.memory.id for r in run(store.recall(RecallQuery("acme", ["default"], "cat name")))
+    ] == [first.id]
+    other = run(SQLiteStore.open(store.path, embedder))
+    try:
+        second = run(other.add("acme", "default", NewMemory("The user's dog is called Pepper")))
+        run(other.forget("acme", first.id, "asked"))
+    finally:
+        run(other.close())
+    results = run(store.recall(RecallQuery("acme", ["default"], "pet names", use_text=False)))
+    assert [r.memory.id for r in results] == [second.id]
