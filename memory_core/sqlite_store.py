@@ -82,6 +82,7 @@ class SQLiteStore:
             conn.close()
         self._writer = ConnectionThreads(self.path, 1, "memrelay-write")
         self._readers = ConnectionThreads(self.path, self._readers_count, "memrelay-read")
+        await self.embed(["warm up"])  # load the model now, not on the first request
 
     async def close(self) -> None:
         for pool in (self._writer, self._readers):

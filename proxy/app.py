@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from typing import Protocol
 
 import httpx
 from starlette.applications import Starlette
@@ -23,12 +24,22 @@ from proxy.upstream import Upstream
 log = logging.getLogger("memrelay.app")
 
 
+class Resource(Protocol):
+    """Something started with the app and closed when it stops (the store, workers)."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
 def create_app(
     settings: Settings,
     interceptors: list[ChatInterceptor] | None = None,
     upstream_client: httpx.AsyncClient | None = None,
+    resources: list[Resource] | None = None,
 ) -> TimingMiddleware:
-    """Build the ASGI app; `interceptors` plug memory into chat completions."""
+    """Build the ASGI app; `interceptors` plug memory into chat completions, `resources`
+    are started in order before the first request and closed in reverse after the last."""
     upstream = Upstream(settings, upstream_client)
     tasks = TaskSet()
     chat = ChatCompletions(upstream, list(interceptors or []), tasks)
@@ -51,10 +62,16 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        started: list[Resource] = []
         try:
+            for resource in resources or []:
+                await resource.start()
+                started.append(resource)
             yield
         finally:
             await tasks.drain()
+            for resource in reversed(started):
+                await resource.close()
             await upstream.aclose()
 
     app = Starlette(

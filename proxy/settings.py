@@ -33,6 +33,22 @@ class Settings(BaseSettings):
         default=10.0, ge=0, description="Longest Retry-After honoured; longer ones are not retried."
     )
     pool_connections: int = Field(default=256, gt=0)
+
+    default_tenant: str = Field(default="default", pattern=r"^[A-Za-z0-9._:-]{1,128}$")
+    max_read_spaces: int = Field(default=16, ge=1, le=64)
+    recall_budget_ms: int = Field(
+        default=200, gt=0, description="Recall time budget; past it the request goes without."
+    )
+    recall_top_k: int = Field(default=8, ge=1, le=100)
+    recall_min_similarity: float = Field(
+        default=0.2, ge=-1, le=1, description="Vector-only hits below this are not injected."
+    )
+    recall_query_chars: int = Field(default=2000, gt=0)
+    injection_max_chars: int = Field(default=4000, gt=0, description="All memory lines together.")
+    memory_max_chars: int = Field(default=500, gt=20, description="One memory line.")
+    embedding_model_dir: Path | None = Field(
+        default=None, description="Another local fastembed model folder (384-d MiniLM default)."
+    )
     log_level: str = "info"
 
     @field_validator("upstream_url")

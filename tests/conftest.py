@@ -88,3 +88,62 @@ def store(request: Any, tmp_path: Any, embedder: Any) -> Iterator[Any]:
 @pytest.fixture
 def run(store: Any) -> Callable[[Any], Any]:
     return store.loop.run_until_complete
+
+
+class SeedStore:
+    """A second store on the proxy's database file, for tests to write memories with.
+
+    The proxy's own store sees these writes through the event feed, as it would see
+    writes made by the CLI.
+    """
+
+    def __init__(self, path: Any, embedder: Any) -> None:
+        import asyncio
+
+        from memory_core import SQLiteStore
+
+        self.loop = asyncio.new_event_loop()
+        self.store = self.loop.run_until_complete(SQLiteStore.open(path, embedder))
+
+    def run(self, coro: Any) -> Any:
+        return self.loop.run_until_complete(coro)
+
+    def add(self, tenant: str, space: str, content: str, **fields: Any) -> Any:
+        from memory_core import NewMemory
+
+        return self.run(self.store.add(tenant, space, NewMemory(content, **fields)))
+
+    def close(self) -> None:
+        self.run(self.store.close())
+        self.loop.close()
+
+
+@pytest.fixture
+def memory_proxy(tmp_path: Any, embedder: Any, fake_url: str) -> Iterator[Callable[..., Any]]:
+    """Start memrelay with real recall over a real SQLite file; returns (server, seed)."""
+    from memory_core import SQLiteStore
+    from proxy.memory import RecallInterceptor
+
+    servers: list[ServedApp] = []
+    seeds: list[SeedStore] = []
+
+    def start(store_class: Any = SQLiteStore, **overrides: Any) -> tuple[ServedApp, SeedStore]:
+        overrides.setdefault("upstream_url", fake_url)
+        overrides.setdefault("db", tmp_path / f"memory{len(servers)}.db")
+        overrides.setdefault("recall_min_similarity", -1.0)
+        settings = Settings(**overrides)
+        store = store_class(settings.db, embedder)
+        app = create_app(
+            settings, interceptors=[RecallInterceptor(store, settings)], resources=[store]
+        )
+        served = ServedApp(app)
+        served.__enter__()
+        servers.append(served)
+        seeds.append(SeedStore(settings.db, embedder))
+        return served, seeds[-1]
+
+    yield start
+    for served in servers:
+        served.__exit__(None, None, None)
+    for seed in seeds:
+        seed.close()

@@ -1,0 +1,97 @@
+"""The memory interceptor: scope from headers, recall under a time budget, injection.
+
+Recall never stands in the way of an answer: past its budget, or when the store fails,
+the request goes upstream without memories, and the response says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from typing import Any
+
+from memory_core.injection import render
+from memory_core.recall import RecallQuery
+from memory_core.store import MemoryStore
+from proxy.conversation import recall_query
+from proxy.exchange import Exchange
+from proxy.hooks import ChatContext
+from proxy.injection import inject
+from proxy.scoping import MemoryScope, scope_from_headers
+from proxy.settings import Settings
+
+log = logging.getLogger("memrelay.memory")
+MAX_ID_HEADER = 20
+SCOPE_KEY = "memory_scope"
+
+
+class RecallInterceptor:
+    """Recalls and injects before a chat completion goes upstream."""
+
+    def __init__(self, store: MemoryStore, settings: Settings) -> None:
+        self.store = store
+        self.settings = settings
+        self.outcomes: Counter[str] = Counter()
+
+    async def before(self, ctx: ChatContext) -> None:
+        scope = scope_from_headers(
+            ctx.headers, self.settings.default_tenant, self.settings.max_read_spaces
+        )
+        ctx.state[SCOPE_KEY] = scope
+        if not scope.reads:
+            self._headers(ctx, "off", [], 0.0)
+            return
+        started = time.perf_counter()
+        status, memories = await self._recall(ctx, scope)
+        elapsed = (time.perf_counter() - started) * 1000
+        ids: list[str] = []
+        if memories:
+            injection = render(
+                memories, self.settings.injection_max_chars, self.settings.memory_max_chars
+            )
+            if injection.text:
+                ctx.set_body(inject(ctx.body, injection.text))
+                ids = injection.memory_ids
+            status = "ok" if ids else "empty"
+        self.outcomes[status] += 1
+        ctx.state["recalled_ids"] = ids
+        self._headers(ctx, status, ids, elapsed)
+
+    async def _recall(self, ctx: ChatContext, scope: MemoryScope) -> tuple[str, list[Any]]:
+        messages = ctx.body.get("messages") or []
+        text = recall_query(messages, self.settings.recall_query_chars)
+        if not text.strip():
+            return "empty", []
+        query = RecallQuery(
+            tenant=scope.tenant,
+            spaces=list(scope.read_spaces),
+            text=text,
+            top_k=self.settings.recall_top_k,
+            min_similarity=self.settings.recall_min_similarity,
+        )
+        try:
+            results = await asyncio.wait_for(
+                self.store.recall(query), self.settings.recall_budget_ms / 1000
+            )
+        except TimeoutError:
+            log.warning(
+                "recall passed its %d ms budget; answering without memories (request %s)",
+                self.settings.recall_budget_ms,
+                ctx.request_id,
+            )
+            return "timeout", []
+        except Exception:
+            log.exception("recall failed; answering without memories (request %s)", ctx.request_id)
+            return "error", []
+        return ("ok" if results else "empty"), [r.memory for r in results]
+
+    def _headers(self, ctx: ChatContext, status: str, ids: list[str], elapsed: float) -> None:
+        ctx.add_response_header("X-Memrelay-Recall-Status", status)
+        ctx.add_response_header("X-Memrelay-Recalled", str(len(ids)))
+        ctx.add_response_header("X-Memrelay-Memory-Ids", ",".join(ids[:MAX_ID_HEADER]))
+        ctx.add_response_header("X-Memrelay-Recall-Ms", f"{elapsed:.2f}")
+
+    async def after(self, ctx: ChatContext, exchange: Exchange) -> None:
+        return None
