@@ -19,7 +19,6 @@ from memory_core.model import (
     check_transition,
     content_hash,
     new_memory_id,
-    scope_tokens,
 )
 from memory_core.rows import append_event, fetch_memory
 from memory_core.sqlite_db import Connection, IntegrityError
@@ -114,10 +113,7 @@ def _index(conn: Connection, rowid: int, memory: Memory, vector: np.ndarray) -> 
         "INSERT INTO memory_vec (rowid, tenant, space, kind, embedding) VALUES (?, ?, ?, ?, ?)",
         (rowid, memory.tenant, memory.space, memory.kind, np.asarray(vector, np.float32).tobytes()),
     )
-    conn.execute(
-        "INSERT INTO memory_fts (rowid, content, scope) VALUES (?, ?, ?)",
-        (rowid, memory.content, scope_tokens(memory.tenant, memory.space)),
-    )
+    conn.execute("INSERT INTO memory_fts (rowid, content) VALUES (?, ?)", (rowid, memory.content))
 
 
 def _unindex(conn: Connection, rowid: int) -> None:

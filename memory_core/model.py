@@ -79,18 +79,6 @@ def content_hash(tenant: str, space: str, content: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def scope_token(tenant: str, space: str | None = None) -> str:
-    """One alphanumeric full-text token naming a tenant, or a (tenant, space) pair."""
-    key = tenant if space is None else f"{tenant}\x00{space}"
-    digest = hashlib.sha256(key.encode()).hexdigest()[:24]
-    return f"scope{digest}"
-
-
-def scope_tokens(tenant: str, space: str) -> str:
-    """What a memory's full-text `scope` column holds: its tenant's and its space's tokens."""
-    return f"{scope_token(tenant)} {scope_token(tenant, space)}"
-
-
 def new_memory_id() -> str:
     """Time-ordered and unique: `mem_` + 12 hex of milliseconds + 16 random hex."""
     return f"mem_{int(time.time() * 1000):012x}{uuid.uuid4().hex[:16]}"

@@ -18,14 +18,14 @@ from typing import Any
 import numpy as np
 import snowballstemmer
 
-from memory_core.model import Memory, scope_token
+from memory_core.model import Memory
 from memory_core.rows import MEMORY_COLUMNS, memory_from_row
 from memory_core.sqlite_db import Connection
 
 RRF_K = 60
 MAX_QUERY_CHARS = 4_000
 MAX_QUERY_TERMS = 32
-POSTINGS_BUDGET = 10_000
+POSTINGS_BUDGET = 5_000
 _STEMMERS = threading.local()  # snowball stemmers keep state: one per thread
 SEVERITY_BOOST = {"critical": 1.2, "antipattern": 1.1, "context": 1.0}
 RECENCY_HALF_LIFE_DAYS = 30.0
@@ -87,12 +87,12 @@ def _fold(text: str) -> str:
 
 
 def choose_terms(conn: Connection, terms: list[str]) -> list[str]:
-    """The rarest terms, up to a postings budget, so BM25 work stays bounded.
+    """The rarest terms, within a postings budget, so BM25 work stays bounded.
 
-    BM25 scores every document a term matches; a term in a fifth of a 100k tenant costs
-    tens of milliseconds and adds little to the ranking. Document frequencies come from
-    the index vocabulary (its porter stems, computed here the same way). Terms the index
-    has never seen cannot match and are dropped; the rarest term is always kept.
+    BM25 scores every document a term matches; a term found in thousands of memories
+    costs milliseconds and, its IDF being low, adds little to the ranking (the vector
+    side still sees it). Document frequencies come from the index vocabulary (porter
+    stems, computed here the same way). Terms the index has never seen are dropped.
     """
     stemmer = getattr(_STEMMERS, "porter", None)
     if stemmer is None:
@@ -106,23 +106,11 @@ def choose_terms(conn: Connection, terms: list[str]) -> list[str]:
     chosen: list[str] = []
     total = 0
     for stem, docs in sorted(rows, key=lambda row: row[1]):
-        if chosen and total + docs > POSTINGS_BUDGET:
+        if total + docs > POSTINGS_BUDGET:
             break
         chosen.append(stems[stem])
         total += docs
     return chosen
-
-
-def fts_match(tenant: str, spaces: list[str], terms: list[str]) -> str:
-    """An FTS5 query: the scope token AND any of the (quoted) terms.
-
-    One read space uses its own token; several use the tenant's token, because FTS5
-    pays for an OR of scope tokens about as much as for each token alone. Rows of the
-    tenant's other spaces are then dropped by `load_active` (the caller over-fetches).
-    """
-    scope = scope_token(tenant, spaces[0]) if len(spaces) == 1 else scope_token(tenant)
-    words = " OR ".join(f'"{term}"' for term in terms)
-    return f'scope : "{scope}" AND content : ({words})'
 
 
 def _in(values: list[Any]) -> str:
@@ -145,16 +133,23 @@ def knn(conn: Connection, q: RecallQuery, vector: np.ndarray, k: int) -> list[tu
 def text_search(
     conn: Connection, q: RecallQuery, terms: list[str], k: int
 ) -> list[tuple[int, float]]:
-    """BM25 (content column only) within the read spaces' scope; lower bm25 is better."""
+    """BM25 over the tenant's active memories in the read spaces (lower bm25 is better).
+
+    The budget in `choose_terms` bounds the matches, so every match is scored first and
+    the scope is applied by joining the main table (a rowid lookup per match).
+    """
     chosen = choose_terms(conn, terms)
     if not chosen:
         return []
+    match = " OR ".join(f'"{term}"' for term in chosen)
     sql = (
-        "SELECT rowid, bm25(memory_fts, 1.0, 0.0) AS s FROM memory_fts"
-        " WHERE memory_fts MATCH ? ORDER BY s LIMIT ?"
+        "WITH hits AS MATERIALIZED (SELECT rowid, bm25(memory_fts) AS s FROM memory_fts"
+        " WHERE memory_fts MATCH ?)"
+        " SELECT hits.rowid, hits.s FROM hits JOIN memories m ON m.rowid = hits.rowid"
+        f" WHERE m.tenant = ? AND m.status = 'active' AND m.space IN ({_in(q.spaces)})"
+        " ORDER BY hits.s LIMIT ?"
     )
-    limit = k if len(q.spaces) == 1 else k * 3
-    return list(conn.execute(sql, [fts_match(q.tenant, q.spaces, chosen), limit]))
+    return list(conn.execute(sql, [match, q.tenant, *q.spaces, k]))
 
 
 def load_active(

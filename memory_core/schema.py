@@ -56,11 +56,8 @@ def _v1(dim: int) -> list[str]:
             kind TEXT,
             embedding float[{dim}] distance_metric=cosine
         )""",
-        # `scope` holds one opaque token per (tenant, space), so that the full-text
-        # index itself narrows matches to the read spaces (see recall.scope_token).
         """CREATE VIRTUAL TABLE memory_fts USING fts5(
-            content, scope,
-            tokenize = 'porter unicode61 remove_diacritics 2'
+            content, tokenize = 'porter unicode61 remove_diacritics 2'
         )""",
         "CREATE VIRTUAL TABLE memory_fts_vocab USING fts5vocab(memory_fts, 'row')",
         # Deleting a row removes its tokens from the index at once (forget must erase).
@@ -68,7 +65,32 @@ def _v1(dim: int) -> list[str]:
     ]
 
 
-MIGRATIONS = [_v1]
+def _v2(dim: int) -> list[str]:
+    """The durable extraction queue, in the same file as the memories."""
+    return [
+        """CREATE TABLE jobs (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT NOT NULL UNIQUE,
+            tenant TEXT NOT NULL,
+            space TEXT NOT NULL,
+            status TEXT NOT NULL CHECK (status IN ('pending','leased','done','dead')),
+            payload TEXT,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            max_attempts INTEGER NOT NULL,
+            available_at REAL NOT NULL,
+            lease_owner TEXT,
+            lease_until REAL,
+            last_error TEXT,
+            result TEXT,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        )""",
+        "CREATE INDEX jobs_claim ON jobs (status, available_at, seq)",
+        "CREATE INDEX jobs_scope ON jobs (tenant, space, status, seq)",
+    ]
+
+
+MIGRATIONS = [_v1, _v2]
 
 
 def migrate(conn: Connection, embedder_name: str, dim: int) -> int:

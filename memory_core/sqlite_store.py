@@ -20,6 +20,7 @@ from memory_core.model import (
     Event,
     Memory,
     NewMemory,
+    content_hash,
     normalise_slot,
     validate_id,
 )
@@ -93,12 +94,14 @@ class SQLiteStore:
 
     # -- plumbing -------------------------------------------------------------------
 
-    async def _write(self, fn: Any) -> Any:
+    async def run_write(self, fn: Any) -> Any:
+        """Run `fn(conn)` in one transaction on the single writer thread."""
         if self._writer is None:
             raise RuntimeError("the store is not open")
         return await self._writer.run(lambda conn: transaction(conn, fn))
 
-    async def _read(self, fn: Any) -> Any:
+    async def run_read(self, fn: Any) -> Any:
+        """Run `fn(conn)` on one of the reader threads."""
         if self._readers is None:
             raise RuntimeError("the store is not open")
         return await self._readers.run(fn)
@@ -146,7 +149,7 @@ class SQLiteStore:
                 for i, item in enumerate(checked)
             ]
 
-        return await self._write(write)
+        return await self.run_write(write)
 
     async def supersede(
         self, tenant: str, old_id: str, new: NewMemory | str, reason: str, actor: str = "system"
@@ -172,7 +175,7 @@ class SQLiteStore:
             superseded = lifecycle.mark_superseded(conn, tenant, old_id, replacement, reason, actor)
             return superseded, replacement
 
-        return await self._write(write)
+        return await self.run_write(write)
 
     async def reinforce(
         self,
@@ -182,7 +185,7 @@ class SQLiteStore:
         actor: str = "system",
     ) -> Memory:
         validate_id(tenant, "tenant")
-        return await self._write(
+        return await self.run_write(
             lambda conn: lifecycle.reinforce(conn, tenant, memory_id, provenance, actor)
         )
 
@@ -190,7 +193,7 @@ class SQLiteStore:
         self, tenant: str, memory_id: str, reason: str, actor: str = "system"
     ) -> Memory:
         validate_id(tenant, "tenant")
-        memory = await self._write(
+        memory = await self.run_write(
             lambda conn: lifecycle.forget(conn, tenant, memory_id, reason, actor)
         )
         await self.checkpoint()
@@ -198,14 +201,14 @@ class SQLiteStore:
 
     async def expire_due(self, now: float | None = None) -> int:
         moment = time.time() if now is None else now
-        expired = await self._write(lambda conn: lifecycle.expire_due(conn, moment, "expiry"))
+        expired = await self.run_write(lambda conn: lifecycle.expire_due(conn, moment, "expiry"))
         return len(expired)
 
     # -- reads ----------------------------------------------------------------------
 
     async def get(self, tenant: str, memory_id: str) -> Memory | None:
         validate_id(tenant, "tenant")
-        found = await self._read(lambda conn: fetch_memory(conn, tenant, memory_id))
+        found = await self.run_read(lambda conn: fetch_memory(conn, tenant, memory_id))
         return found[1] if found else None
 
     async def list(self, query: ListQuery) -> Page:
@@ -244,7 +247,7 @@ class SQLiteStore:
         limit = max(1, min(query.limit, MAX_LIMIT))
         sql += " ORDER BY rowid DESC LIMIT ?"
         params.append(limit + 1)
-        rows = await self._read(lambda conn: conn.execute(sql, params).fetchall())
+        rows = await self.run_read(lambda conn: conn.execute(sql, params).fetchall())
         items = [memory_from_row(row[1:]) for row in rows[:limit]]
         next_cursor = str(rows[limit - 1][0]) if len(rows) > limit else None
         return Page(items, next_cursor)
@@ -257,9 +260,22 @@ class SQLiteStore:
         )
         return [m for m in page.items if m.subject and m.attribute]
 
+    async def find_duplicate(self, tenant: str, space: str, content: str) -> Memory | None:
+        """The active memory of this space with the same text (by content hash), if any."""
+        validate_id(tenant, "tenant")
+        digest = content_hash(tenant, space, content)
+        row = await self.run_read(
+            lambda conn: conn.execute(
+                f"SELECT {MEMORY_COLUMNS} FROM memories WHERE content_hash = ? AND tenant = ?"
+                " AND space = ? AND status = 'active' LIMIT 1",
+                (digest, tenant, space),
+            ).fetchone()
+        )
+        return memory_from_row(row) if row else None
+
     async def history(self, tenant: str, memory_id: str) -> list[Event]:
         validate_id(tenant, "tenant")
-        rows = await self._read(
+        rows = await self.run_read(
             lambda conn: conn.execute(
                 f"SELECT {EVENT_COLUMNS} FROM events WHERE tenant = ? AND memory_id = ?"
                 " ORDER BY seq",
@@ -271,7 +287,7 @@ class SQLiteStore:
     async def events(self, tenant: str, since: int = 0, limit: int = 100) -> list[Event]:
         validate_id(tenant, "tenant")
         limit = max(1, min(limit, MAX_LIMIT))
-        rows = await self._read(
+        rows = await self.run_read(
             lambda conn: conn.execute(
                 f"SELECT {EVENT_COLUMNS} FROM events WHERE tenant = ? AND seq > ?"
                 " ORDER BY seq LIMIT ?",
@@ -297,7 +313,7 @@ class SQLiteStore:
             ).fetchone()[0]
             return out
 
-        return await self._read(count)
+        return await self.run_read(count)
 
     async def recall(self, query: RecallQuery) -> list[Recalled]:
         """Hybrid recall over active memories of one tenant and its read spaces."""
@@ -327,7 +343,7 @@ class SQLiteStore:
                 conn.execute("COMMIT")
             return fuse(query, vector_hits, text_hits, memories, now)
 
-        return await self._read(search)
+        return await self.run_read(search)
 
     def _knn(
         self, conn: Connection, query: RecallQuery, vector: np.ndarray, k: int
@@ -342,7 +358,8 @@ class SQLiteStore:
         """Active memories of one space nearest in meaning to `text`, with cosine similarity."""
         query = RecallQuery(tenant, [space], text, top_k=k, use_text=False)
         results = await self.recall(query)
-        return [(r.memory, r.breakdown.get("vector_similarity", 0.0)) for r in results]
+        pairs = [(r.memory, r.breakdown.get("vector_similarity", 0.0)) for r in results]
+        return sorted(pairs, key=lambda pair: pair[1], reverse=True)
 
     # -- transfer -------------------------------------------------------------------
 
@@ -351,7 +368,7 @@ class SQLiteStore:
         validate_id(tenant, "tenant")
         after = 0
         while True:
-            batch, after = await self._read(
+            batch, after = await self.run_read(
                 lambda conn, a=after: transfer.export_batch(conn, tenant, a, 200)
             )
             if not batch:
@@ -380,6 +397,6 @@ class SQLiteStore:
     ) -> None:
         texts = [r["content"] for _, r in batch if r.get("status") == "active" and r.get("content")]
         vectors = await self.embed(texts)
-        await self._write(
+        await self.run_write(
             lambda conn: transfer.import_records(conn, tenant, batch, vectors, result)
         )

@@ -79,6 +79,7 @@ class ChatCompletions:
                 "POST", "/v1/chat/completions", scope.get("query_string", b""), up_headers, raw
             )
         except UpstreamError as exc:
+            self._response_started(ctx, exc.status)
             await send_error(
                 send,
                 exc.status,
@@ -88,6 +89,7 @@ class ChatCompletions:
                 headers=ctx.response_headers,
             )
             return
+        self._response_started(ctx, response.status_code)
         try:
             exchange = await self._relay(send, response, ctx, deadline)
         finally:
@@ -96,6 +98,10 @@ class ChatCompletions:
         if exchange is not None and self.interceptors:
             for interceptor in self.interceptors:
                 self.tasks.spawn(interceptor.after(ctx, exchange), name="exchange-hook")
+
+    def _response_started(self, ctx: ChatContext, status: int) -> None:
+        for interceptor in self.interceptors:
+            interceptor.response_started(ctx, status)
 
     async def _relay(
         self, send: Send, response: Any, ctx: ChatContext, deadline: float

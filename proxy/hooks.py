@@ -46,6 +46,12 @@ class ChatContext:
 
 
 class ChatInterceptor(Protocol):
-    async def before(self, ctx: ChatContext) -> None: ...
+    async def before(self, ctx: ChatContext) -> None:
+        """Before the request goes upstream: may rewrite the body or raise RequestRejected."""
 
-    async def after(self, ctx: ChatContext, exchange: Exchange) -> None: ...
+    def response_started(self, ctx: ChatContext, status: int) -> None:
+        """The upstream status is known and headers are about to be sent: last chance to
+        add response headers."""
+
+    async def after(self, ctx: ChatContext, exchange: Exchange) -> None:
+        """In the background, once a 2xx answer reached the client in full."""

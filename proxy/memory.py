@@ -19,12 +19,11 @@ from proxy.conversation import recall_query
 from proxy.exchange import Exchange
 from proxy.hooks import ChatContext
 from proxy.injection import inject
-from proxy.scoping import MemoryScope, scope_from_headers
+from proxy.scoping import MemoryScope, scope_for
 from proxy.settings import Settings
 
 log = logging.getLogger("memrelay.memory")
 MAX_ID_HEADER = 20
-SCOPE_KEY = "memory_scope"
 
 
 class RecallInterceptor:
@@ -36,10 +35,7 @@ class RecallInterceptor:
         self.outcomes: Counter[str] = Counter()
 
     async def before(self, ctx: ChatContext) -> None:
-        scope = scope_from_headers(
-            ctx.headers, self.settings.default_tenant, self.settings.max_read_spaces
-        )
-        ctx.state[SCOPE_KEY] = scope
+        scope = scope_for(ctx, self.settings)
         if not scope.reads:
             self._headers(ctx, "off", [], 0.0)
             return
@@ -92,6 +88,9 @@ class RecallInterceptor:
         ctx.add_response_header("X-Memrelay-Recalled", str(len(ids)))
         ctx.add_response_header("X-Memrelay-Memory-Ids", ",".join(ids[:MAX_ID_HEADER]))
         ctx.add_response_header("X-Memrelay-Recall-Ms", f"{elapsed:.2f}")
+
+    def response_started(self, ctx: ChatContext, status: int) -> None:
+        return None
 
     async def after(self, ctx: ChatContext, exchange: Exchange) -> None:
         return None

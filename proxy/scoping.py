@@ -6,7 +6,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from proxy.hooks import RequestRejected
+from proxy.hooks import ChatContext, RequestRejected
+from proxy.settings import Settings
 
 Mode = Literal["on", "off", "read", "write"]
 MODES: tuple[str, ...] = ("on", "off", "read", "write")
@@ -77,3 +78,12 @@ def scope_from_headers(
     if mode not in MODES:
         raise _bad(MEMORY, f"must be one of {', '.join(MODES)} (got {mode[:32]!r})")
     return MemoryScope(tenant, write_space, read_spaces, mode)
+
+
+def scope_for(ctx: ChatContext, settings: Settings) -> MemoryScope:
+    """The request's scope, parsed once and kept on the context."""
+    scope = ctx.state.get("memory_scope")
+    if scope is None:
+        scope = scope_from_headers(ctx.headers, settings.default_tenant, settings.max_read_spaces)
+        ctx.state["memory_scope"] = scope
+    return scope

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from pydantic import Field, field_validator
@@ -46,12 +47,44 @@ class Settings(BaseSettings):
     recall_query_chars: int = Field(default=2000, gt=0)
     injection_max_chars: int = Field(default=4000, gt=0, description="All memory lines together.")
     memory_max_chars: int = Field(default=500, gt=20, description="One memory line.")
+    extraction_url: str | None = Field(
+        default=None, description="OpenAI-compatible server for extraction (default: upstream)."
+    )
+    extraction_model: str | None = Field(
+        default=None, description="Model for extraction (default: the request's model)."
+    )
+    extraction_api_key: str | None = Field(
+        default=None, description="Key for extraction (default: the request's credentials)."
+    )
+    extraction_workers: int = Field(default=2, ge=0, le=64)
+    extraction_max_attempts: int = Field(default=5, ge=1, le=100)
+    extraction_lease_seconds: float = Field(default=120.0, gt=0)
+    extraction_retry_base_seconds: float = Field(
+        default=2.0, ge=0, description="First backoff after a failed job; doubles per attempt."
+    )
+    extraction_timeout: float = Field(default=60.0, gt=0)
+    extraction_thinking_off: bool = Field(
+        default=True, description="Send chat_template_kwargs.enable_thinking=false."
+    )
+    ignore_patterns: list[str] = Field(
+        default_factory=list, description="Regexes; a matching user message is not learned from."
+    )
     embedding_model_dir: Path | None = Field(
         default=None, description="Another local fastembed model folder (384-d MiniLM default)."
     )
     log_level: str = "info"
 
-    @field_validator("upstream_url")
+    @field_validator("ignore_patterns")
+    @classmethod
+    def _compile(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"bad ignore pattern {pattern!r}: {exc}") from exc
+        return patterns
+
+    @field_validator("upstream_url", "extraction_url")
     @classmethod
     def _strip_url(cls, value: str | None) -> str | None:
         if value is None or not value.strip():

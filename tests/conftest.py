@@ -122,7 +122,7 @@ class SeedStore:
 def memory_proxy(tmp_path: Any, embedder: Any, fake_url: str) -> Iterator[Callable[..., Any]]:
     """Start memrelay with real recall over a real SQLite file; returns (server, seed)."""
     from memory_core import SQLiteStore
-    from proxy.memory import RecallInterceptor
+    from proxy.wiring import build_app
 
     servers: list[ServedApp] = []
     seeds: list[SeedStore] = []
@@ -131,12 +131,9 @@ def memory_proxy(tmp_path: Any, embedder: Any, fake_url: str) -> Iterator[Callab
         overrides.setdefault("upstream_url", fake_url)
         overrides.setdefault("db", tmp_path / f"memory{len(servers)}.db")
         overrides.setdefault("recall_min_similarity", -1.0)
+        overrides.setdefault("extraction_workers", 0)  # jobs wait in the queue unless asked
         settings = Settings(**overrides)
-        store = store_class(settings.db, embedder)
-        app = create_app(
-            settings, interceptors=[RecallInterceptor(store, settings)], resources=[store]
-        )
-        served = ServedApp(app)
+        served = ServedApp(build_app(settings, store=store_class(settings.db, embedder)))
         served.__enter__()
         servers.append(served)
         seeds.append(SeedStore(settings.db, embedder))

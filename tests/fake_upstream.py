@@ -223,6 +223,8 @@ class FakeUpstream:
     def _default(self, req: Recorded) -> Reply:
         if req.path == "/v1/models":
             return Reply.json({"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
+        if req.path == "/v1/chat/completions" and b"memrelay-extraction" in req.body:
+            return Reply.json(completion(json.dumps({"facts": [], "forget": []})))
         if req.path == "/v1/chat/completions" and req.method == "POST":
             try:
                 stream = bool(json.loads(req.body).get("stream"))

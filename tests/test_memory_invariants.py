@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from memory_core import ListQuery, NewMemory, RecallQuery
-from memory_core.model import scope_tokens
 from memory_core.sqlite_db import connect
 
 TOPICS = [
@@ -41,8 +40,8 @@ def test_recall_sql_excludes_inactive_even_with_a_stale_index(store, run):
             (rowid, "acme", "default", "fact", np.asarray(vector, np.float32).tobytes()),
         )
         conn.execute(
-            "INSERT INTO memory_fts (rowid, content, scope) VALUES (?,?,?)",
-            (rowid, text, scope_tokens("acme", "default")),
+            "INSERT INTO memory_fts (rowid, content) VALUES (?,?)",
+            (rowid, text),
         )
     conn.close()
     results = run(store.recall(RecallQuery("acme", ["default"], "wifi password fridge sunflower")))
@@ -90,8 +89,8 @@ def test_tenant_isolation_randomised(store, run):
     rowid = conn.execute("SELECT rowid FROM memories WHERE id = ?", (foreign,)).fetchone()[0]
     conn.execute("DELETE FROM memory_fts WHERE rowid = ?", (rowid,))
     conn.execute(
-        "INSERT INTO memory_fts (rowid, content, scope) VALUES (?,?,?)",
-        (rowid, "leakcheck marker", scope_tokens("t0", "default")),
+        "INSERT INTO memory_fts (rowid, content) VALUES (?,?)",
+        (rowid, "leakcheck marker"),
     )
     conn.close()
     probe = run(store.recall(RecallQuery("t0", ["default"], "leakcheck marker")))

@@ -24,6 +24,9 @@ class RecordingHook:
     async def before(self, ctx: ChatContext) -> None:
         return None
 
+    def response_started(self, ctx: ChatContext, status: int) -> None:
+        return None
+
     async def after(self, ctx: ChatContext, exchange: Exchange) -> None:
         self.exchanges.append(exchange)
 

@@ -1,0 +1,241 @@
+"""The extraction queue: a table beside the memories, so it survives crashes and restarts.
+
+At-least-once: a job is leased for a while; a worker that dies lets the lease run out
+and the job is claimed again. Jobs of one tenant and space are claimed strictly in
+order and one at a time, so fact N is committed before fact N+1 is reconciled. A job
+that keeps failing is dead-lettered with its last error; nothing is dropped. Payloads
+(they hold conversation text) are cleared once a job is done.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from memory_core.errors import InvalidInput, NotFound
+from memory_core.sqlite_db import Connection
+
+JOB_COLUMNS = (
+    "id, tenant, space, status, payload, attempts, max_attempts, available_at, lease_owner,"
+    " lease_until, last_error, result, created_at, updated_at"
+)
+JOB_STATUSES = ("pending", "leased", "done", "dead")
+
+
+@dataclass
+class Job:
+    id: str
+    tenant: str
+    space: str
+    status: str
+    payload: dict[str, Any] | None
+    attempts: int
+    max_attempts: int
+    available_at: float
+    lease_owner: str | None
+    lease_until: float | None
+    last_error: str | None
+    result: dict[str, Any] | None
+    created_at: float
+    updated_at: float
+
+    def as_dict(self, with_payload: bool = False) -> dict[str, Any]:
+        data = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        if not with_payload:
+            data.pop("payload")
+        return data
+
+
+def job_from_row(row: tuple[Any, ...]) -> Job:
+    values = list(row)
+    values[4] = json.loads(values[4]) if values[4] else None
+    values[11] = json.loads(values[11]) if values[11] else None
+    return Job(*values)
+
+
+class JobQueue(Protocol):
+    async def enqueue(
+        self,
+        tenant: str,
+        space: str,
+        payload: dict[str, Any],
+        job_id: str | None = None,
+        max_attempts: int = 5,
+    ) -> Job: ...
+
+    async def claim(self, owner: str, lease_seconds: float) -> Job | None: ...
+
+    async def complete(self, job_id: str, owner: str, result: dict[str, Any]) -> None: ...
+
+    async def fail(self, job_id: str, owner: str, error: str, retry_in: float) -> Job: ...
+
+    async def release(self, job_id: str, owner: str) -> None: ...
+
+    async def release_all(self, owner: str | None = None) -> int: ...
+
+    async def retry(self, tenant: str, job_id: str) -> Job: ...
+
+    async def get_job(self, tenant: str, job_id: str) -> Job | None: ...
+
+    async def list_jobs(
+        self, tenant: str | None, statuses: list[str] | None, limit: int
+    ) -> list[Job]: ...
+
+    async def job_counts(self, tenant: str | None = None) -> dict[str, int]: ...
+
+
+def enqueue(
+    conn: Connection,
+    tenant: str,
+    space: str,
+    payload: dict[str, Any],
+    job_id: str | None,
+    max_attempts: int,
+) -> Job:
+    """Add a job; enqueuing the same id twice keeps the first (idempotent)."""
+    now = time.time()
+    job_id = job_id or f"job_{uuid.uuid4().hex}"
+    conn.execute(
+        "INSERT OR IGNORE INTO jobs (id, tenant, space, status, payload, max_attempts,"
+        " available_at, created_at, updated_at) VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?)",
+        (job_id, tenant, space, json.dumps(payload), max_attempts, now, now, now),
+    )
+    return _get(conn, job_id)
+
+
+def claim(conn: Connection, owner: str, lease_seconds: float) -> Job | None:
+    """Lease the oldest runnable job whose tenant and space have nothing older pending
+    and nothing leased; expired leases count as pending again."""
+    now = time.time()
+    conn.execute(
+        "UPDATE jobs SET status = 'pending', lease_owner = NULL, lease_until = NULL,"
+        " updated_at = ? WHERE status = 'leased' AND lease_until <= ?",
+        (now, now),
+    )
+    row = conn.execute(
+        "SELECT j.id FROM jobs j WHERE j.status = 'pending' AND j.available_at <= ?"
+        " AND NOT EXISTS (SELECT 1 FROM jobs k WHERE k.tenant = j.tenant AND k.space = j.space"
+        "   AND (k.status = 'leased' OR (k.status = 'pending' AND k.seq < j.seq)))"
+        " ORDER BY j.seq LIMIT 1",
+        (now,),
+    ).fetchone()
+    if row is None:
+        return None
+    conn.execute(
+        "UPDATE jobs SET status = 'leased', lease_owner = ?, lease_until = ?,"
+        " attempts = attempts + 1, updated_at = ? WHERE id = ?",
+        (owner, now + lease_seconds, now, row[0]),
+    )
+    return _get(conn, row[0])
+
+
+def complete(conn: Connection, job_id: str, owner: str, result: dict[str, Any]) -> None:
+    _owned(conn, job_id, owner)
+    conn.execute(
+        "UPDATE jobs SET status = 'done', payload = NULL, result = ?, lease_owner = NULL,"
+        " lease_until = NULL, last_error = NULL, updated_at = ? WHERE id = ?",
+        (json.dumps(result), time.time(), job_id),
+    )
+
+
+def fail(conn: Connection, job_id: str, owner: str, error: str, retry_in: float) -> Job:
+    """Back to pending after `retry_in` seconds, or dead once attempts are used up."""
+    job = _owned(conn, job_id, owner)
+    now = time.time()
+    dead = job.attempts >= job.max_attempts
+    conn.execute(
+        "UPDATE jobs SET status = ?, available_at = ?, last_error = ?, lease_owner = NULL,"
+        " lease_until = NULL, updated_at = ? WHERE id = ?",
+        ("dead" if dead else "pending", now + retry_in, error[:2000], now, job_id),
+    )
+    return _get(conn, job_id)
+
+
+def release(conn: Connection, job_id: str, owner: str) -> None:
+    """Give a leased job back untouched (shutdown); its attempt is not counted."""
+    _owned(conn, job_id, owner)
+    conn.execute(
+        "UPDATE jobs SET status = 'pending', attempts = max(0, attempts - 1), lease_owner = NULL,"
+        " lease_until = NULL, updated_at = ? WHERE id = ?",
+        (time.time(), job_id),
+    )
+
+
+def release_all(conn: Connection, owner: str | None) -> int:
+    sql = (
+        "UPDATE jobs SET status = 'pending', attempts = max(0, attempts - 1), lease_owner = NULL,"
+        " lease_until = NULL, updated_at = ? WHERE status = 'leased'"
+    )
+    params: list[Any] = [time.time()]
+    if owner is not None:
+        sql += " AND lease_owner = ?"
+        params.append(owner)
+    return conn.execute(sql, params).rowcount
+
+
+def retry(conn: Connection, tenant: str, job_id: str) -> Job:
+    job = _get(conn, job_id)
+    if job.tenant != tenant:
+        raise NotFound(f"no job {job_id!r} in tenant {tenant!r}")
+    if job.status != "dead":
+        raise InvalidInput(f"only dead-lettered jobs can be retried (this one is {job.status})")
+    conn.execute(
+        "UPDATE jobs SET status = 'pending', attempts = 0, available_at = ?, updated_at = ?"
+        " WHERE id = ?",
+        (time.time(), time.time(), job_id),
+    )
+    return _get(conn, job_id)
+
+
+def list_jobs(
+    conn: Connection, tenant: str | None, statuses: list[str] | None, limit: int
+) -> list[Job]:
+    sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE 1 = 1"
+    params: list[Any] = []
+    if tenant is not None:
+        sql += " AND tenant = ?"
+        params.append(tenant)
+    if statuses:
+        for status in statuses:
+            if status not in JOB_STATUSES:
+                raise InvalidInput(f"job status must be one of {', '.join(JOB_STATUSES)}")
+        sql += f" AND status IN ({','.join('?' * len(statuses))})"
+        params += statuses
+    sql += " ORDER BY seq DESC LIMIT ?"
+    params.append(limit)
+    return [job_from_row(row) for row in conn.execute(sql, params)]
+
+
+def job_counts(conn: Connection, tenant: str | None) -> dict[str, int]:
+    sql = "SELECT status, count(*) FROM jobs"
+    params: list[Any] = []
+    if tenant is not None:
+        sql += " WHERE tenant = ?"
+        params.append(tenant)
+    counts = dict.fromkeys(JOB_STATUSES, 0)
+    counts.update(dict(conn.execute(sql + " GROUP BY status", params).fetchall()))
+    return counts
+
+
+def get_job(conn: Connection, tenant: str, job_id: str) -> Job | None:
+    row = conn.execute(
+        f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ? AND tenant = ?", (job_id, tenant)
+    ).fetchone()
+    return job_from_row(row) if row else None
+
+
+def _get(conn: Connection, job_id: str) -> Job:
+    row = conn.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    if row is None:
+        raise NotFound(f"no job {job_id!r}")
+    return job_from_row(row)
+
+
+def _owned(conn: Connection, job_id: str, owner: str) -> Job:
+    job = _get(conn, job_id)
+    if job.status != "leased" or job.lease_owner != owner:
+        raise InvalidInput(f"job {job_id} is not leased by {owner} (lease lost)")
+    return job
