@@ -57,6 +57,16 @@ def _seen(memory: Memory, job_id: str | None) -> bool:
     return job_id is not None and any(p.get("job_id") == job_id for p in memory.provenance)
 
 
+def _single_named_entity(entities: list[str]) -> str | None:
+    """The subject a fact is about when its tags name exactly one person or organisation."""
+    names = {
+        e.split(":", 1)[1]
+        for e in entities
+        if ":" in e and e.split(":", 1)[0] in ("person", "organization")
+    }
+    return names.pop() if len(names) == 1 else None
+
+
 def _words(text: str | None) -> set[str]:
     return {w for w in re.findall(r"\w+", (text or "").casefold()) if w not in STOPWORDS}
 
@@ -82,6 +92,8 @@ class Reconciler:
         llm: LLMContext | None = None,
     ) -> Outcome:
         job_id = provenance.get("job_id")
+        if fact.attribute and not fact.subject:
+            fact.subject = _single_named_entity(fact.entities)
         new = fact.to_new_memory(provenance).validated()
         duplicate = await self.store.find_duplicate(tenant, space, new.content)
         if duplicate is not None:

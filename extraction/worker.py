@@ -13,6 +13,7 @@ import uuid
 from collections import Counter
 from typing import Any
 
+from extraction.entities import EntityExtractor
 from extraction.facts import read_extraction
 from extraction.llm import LLMClient, LLMError, TransientLLMError
 from extraction.prompts import FACT_SCHEMA, extract_messages
@@ -54,6 +55,7 @@ class ExtractionWorkers:
         reconciler: Reconciler,
         *,
         credentials: CredentialCache | None = None,
+        entities: EntityExtractor | None = None,
         concurrency: int = 2,
         lease_seconds: float = 120.0,
         poll_seconds: float = 0.25,
@@ -64,6 +66,7 @@ class ExtractionWorkers:
         self.llm = llm
         self.reconciler = reconciler
         self.credentials = credentials or CredentialCache()
+        self.entities = entities
         self.concurrency = concurrency
         self.lease_seconds = lease_seconds
         self.poll_seconds = poll_seconds
@@ -169,6 +172,9 @@ class ExtractionWorkers:
             credentials=context.credentials,
         )
         extraction = read_extraction(answer)
+        if self.entities is not None:
+            for fact in extraction.facts:
+                fact.entities = await asyncio.to_thread(self.entities.entities, fact.content)
         provenance = {
             "job_id": job.id,
             "request_id": payload.get("request_id"),

@@ -27,6 +27,7 @@ MAX_QUERY_CHARS = 4_000
 MAX_QUERY_TERMS = 32
 POSTINGS_BUDGET = 5_000
 _STEMMERS = threading.local()  # snowball stemmers keep state: one per thread
+ENTITY_BOOST = 1.15
 SEVERITY_BOOST = {"critical": 1.2, "antipattern": 1.1, "context": 1.0}
 RECENCY_HALF_LIFE_DAYS = 30.0
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -113,6 +114,15 @@ def choose_terms(conn: Connection, terms: list[str]) -> list[str]:
     return chosen
 
 
+def _mentions(folded_query: str, entities: list[str]) -> bool:
+    """Whether the query names one of a memory's tagged entities (`label:text`)."""
+    for entity in entities:
+        name = _fold(entity.split(":", 1)[-1]).strip()
+        if len(name) >= 2 and re.search(rf"\b{re.escape(name)}\b", folded_query):
+            return True
+    return False
+
+
 def _in(values: list[Any]) -> str:
     return ",".join("?" * len(values))
 
@@ -182,6 +192,7 @@ def fuse(
 ) -> list[Recalled]:
     """Reciprocal rank fusion, then confidence, recency and severity; best first."""
     now = now if now is not None else time.time()
+    folded_query = _fold(q.text)
     parts: dict[int, dict[str, Any]] = {}
     # Ranks count only candidates that passed the guard (in scope, active).
     vector_hits = [hit for hit in vector_hits if hit[0] in memories]
@@ -203,6 +214,9 @@ def fuse(
         confidence = 0.8 + 0.2 * memory.confidence
         severity = SEVERITY_BOOST[memory.severity]
         score = rrf * confidence * recency * severity
+        if memory.entities and _mentions(folded_query, memory.entities):
+            score *= ENTITY_BOOST
+            info["entity_factor"] = ENTITY_BOOST
         info.update(
             rrf=round(rrf, 6),
             confidence_factor=round(confidence, 4),

@@ -69,6 +69,15 @@ class Settings(BaseSettings):
     ignore_patterns: list[str] = Field(
         default_factory=list, description="Regexes; a matching user message is not learned from."
     )
+    gliner_model: str | None = Field(
+        default=None,
+        description="GLiNER2 model id or local directory; tags facts with entities "
+        "(needs the gliner extra).",
+    )
+    gliner_labels: list[str] = Field(
+        default_factory=lambda: ["person", "organization", "location", "product", "event"]
+    )
+    gliner_threshold: float = Field(default=0.5, ge=0, le=1)
     embedding_model_dir: Path | None = Field(
         default=None, description="Another local fastembed model folder (384-d MiniLM default)."
     )
