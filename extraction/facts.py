@@ -42,6 +42,7 @@ class Fact:
     confidence: float = 0.7
     stated_by: str = "user"
     entities: list[str] = field(default_factory=list)
+    expires_at: float | None = None
 
     def to_new_memory(self, provenance: dict[str, Any] | None) -> NewMemory:
         return NewMemory(
@@ -54,6 +55,7 @@ class Fact:
             source=self.stated_by,
             provenance=provenance,
             entities=list(self.entities),
+            expires_at=self.expires_at,
         )
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from extraction.entities import EntityExtractor
 from extraction.facts import read_extraction
-from extraction.llm import LLMClient, LLMError, TransientLLMError
+from extraction.llm import LLMClient
 from extraction.prompts import FACT_SCHEMA, extract_messages
 from extraction.reconcile import LLMContext, Reconciler
 from memory_core.jobs import Job, JobQueue
@@ -144,18 +144,15 @@ class ExtractionWorkers:
             self.counts["dead" if failed.status == "dead" else "failed"] += 1
             if failed.status == "dead":
                 self.credentials.drop(job.id)
-            level = (
-                logging.WARNING if isinstance(exc, LLMError | TransientLLMError) else logging.ERROR
-            )
-            log.log(
-                level,
+            # The error text may quote model output (memory content): details only at DEBUG.
+            log.warning(
                 "job %s failed (attempt %d of %d): %s",
                 job.id,
                 job.attempts,
                 job.max_attempts,
-                exc,
-                exc_info=level == logging.ERROR,
+                type(exc).__name__,
             )
+            log.debug("job %s failure detail", job.id, exc_info=exc)
             return
         result["ms"] = round((time.perf_counter() - started) * 1000, 1)
         await self.queue.complete(job.id, owner, result)

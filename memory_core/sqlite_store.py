@@ -14,6 +14,7 @@ import numpy as np
 from memory_core import lifecycle, transfer
 from memory_core.embedder import Embedder
 from memory_core.errors import InvalidInput
+from memory_core.lint import Finding, lint
 from memory_core.model import (
     KINDS,
     STATUSES,
@@ -314,6 +315,19 @@ class SQLiteStore:
             return out
 
         return await self.run_read(count)
+
+    async def lint(self) -> list[Finding]:
+        """Integrity findings (empty when the database is consistent)."""
+        return await self.run_read(lint)
+
+    async def status_counts(self) -> dict[str, int]:
+        """Memories by status over all tenants (for metrics; no tenant data leaves)."""
+        rows = await self.run_read(
+            lambda conn: conn.execute(
+                "SELECT status, count(*) FROM memories GROUP BY status"
+            ).fetchall()
+        )
+        return {status: 0 for status in STATUSES} | dict(rows)
 
     async def recall(self, query: RecallQuery) -> list[Recalled]:
         """Hybrid recall over active memories of one tenant and its read spaces."""

@@ -11,11 +11,14 @@ import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
+from proxy.auth import AuthMiddleware
 from proxy.background import TaskSet
 from proxy.chat import ChatCompletions
 from proxy.hooks import ChatInterceptor
+from proxy.keys import KeyStore
+from proxy.metrics import Metrics
 from proxy.passthrough import Passthrough
 from proxy.settings import Settings
 from proxy.timing import TimingMiddleware
@@ -37,13 +40,16 @@ def create_app(
     interceptors: list[ChatInterceptor] | None = None,
     upstream_client: httpx.AsyncClient | None = None,
     resources: list[Resource] | None = None,
+    routes: list[BaseRoute] | None = None,
+    metrics: Metrics | None = None,
+    keys: KeyStore | None = None,
 ) -> TimingMiddleware:
     """Build the ASGI app; `interceptors` plug memory into chat completions, `resources`
     are started in order before the first request and closed in reverse after the last."""
     upstream = Upstream(settings, upstream_client)
     tasks = TaskSet()
-    chat = ChatCompletions(upstream, list(interceptors or []), tasks)
-    passthrough = Passthrough(upstream)
+    chat = ChatCompletions(upstream, list(interceptors or []), tasks, metrics)
+    passthrough = Passthrough(upstream, metrics)
 
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
@@ -78,6 +84,7 @@ def create_app(
         routes=[
             Route("/memrelay/healthz", healthz, methods=["GET"]),
             Route("/memrelay/readyz", readyz, methods=["GET"]),
+            *(routes or []),
             Route("/v1/chat/completions", chat, methods=["POST"]),
             Route("/{path:path}", passthrough),
         ],
@@ -86,4 +93,7 @@ def create_app(
     app.state.settings = settings
     app.state.upstream = upstream
     app.state.tasks = tasks
-    return TimingMiddleware(app)
+    guarded = AuthMiddleware(
+        app, keys or KeyStore(None), settings.default_tenant, settings.upstream_api_key
+    )
+    return TimingMiddleware(guarded, metrics)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import Any
 
 import anyio
@@ -15,6 +16,7 @@ from proxy.errors import send_error
 from proxy.exchange import Exchange, assemble_json
 from proxy.headers import replace_header, request_headers_for_upstream
 from proxy.hooks import ChatContext, ChatInterceptor, RequestRejected
+from proxy.metrics import Metrics
 from proxy.relay import DecodingTap, relay_response
 from proxy.sse import StreamAssembler
 from proxy.timing import mark_upstream_start, request_id
@@ -34,10 +36,12 @@ class ChatCompletions:
         upstream: Upstream,
         interceptors: list[ChatInterceptor],
         tasks: TaskSet,
+        metrics: Metrics | None = None,
     ) -> None:
         self.upstream = upstream
         self.interceptors = interceptors
         self.tasks = tasks
+        self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         downstream = Downstream(receive)
@@ -73,7 +77,7 @@ class ChatCompletions:
         up_headers = request_headers_for_upstream(scope["headers"])
         # Ask for an uncompressed answer so the side parser reads what the client reads.
         up_headers = replace_header(up_headers, b"accept-encoding", b"identity")
-        mark_upstream_start(scope)
+        sent_at = mark_upstream_start(scope)
         try:
             response = await self.upstream.open(
                 "POST", "/v1/chat/completions", scope.get("query_string", b""), up_headers, raw
@@ -89,12 +93,16 @@ class ChatCompletions:
                 headers=ctx.response_headers,
             )
             return
+        if self.metrics is not None:
+            self.metrics.ttfb.labels("chat_completions").observe(time.perf_counter() - sent_at)
         self._response_started(ctx, response.status_code)
         try:
             exchange = await self._relay(send, response, ctx, deadline)
         finally:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
+        if self.metrics is not None:
+            self.metrics.upstream.labels("chat_completions").observe(time.perf_counter() - sent_at)
         if exchange is not None and self.interceptors:
             for interceptor in self.interceptors:
                 self.tasks.spawn(interceptor.after(ctx, exchange), name="exchange-hook")

@@ -1,8 +1,9 @@
-"""The `memrelay` command line."""
+"""The `memrelay` command line: the server, and every library operation as a command."""
 
 from __future__ import annotations
 
-import logging
+import ipaddress
+import socket
 from pathlib import Path
 from typing import Annotated
 
@@ -10,14 +11,17 @@ import typer
 import uvicorn
 from pydantic import ValidationError
 
+from proxy.cli_memory import AsJson, register
+from proxy.cli_output import emit_json, table, when
+from proxy.keys import KeyStore
 from proxy.settings import Settings
 
 app = typer.Typer(no_args_is_help=True, help="memrelay: an OpenAI-compatible memory proxy.")
+keys_app = typer.Typer(no_args_is_help=True, help="Manage API keys (stored hashed).")
+app.add_typer(keys_app, name="keys")
+register(app)
 
-
-@app.callback()
-def main() -> None:
-    """memrelay: an OpenAI-compatible memory proxy."""
+KeysFile = Annotated[Path, typer.Option(envvar="MEMRELAY_KEYS_FILE", help="The keys file.")]
 
 
 def load_settings(**overrides: object) -> Settings:
@@ -32,6 +36,17 @@ def load_settings(**overrides: object) -> Settings:
         raise typer.BadParameter(problems) from exc
 
 
+def is_loopback(host: str) -> bool:
+    """Whether binding to `host` keeps memrelay reachable from this machine only."""
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except socket.gaierror:
+        return False
+    return bool(addresses) and all(
+        ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses
+    )
+
+
 @app.command()
 def serve(
     upstream: Annotated[
@@ -40,6 +55,11 @@ def serve(
     host: Annotated[str | None, typer.Option(help="Bind address ($MEMRELAY_HOST).")] = None,
     port: Annotated[int | None, typer.Option(help="Port ($MEMRELAY_PORT).")] = None,
     db: Annotated[Path | None, typer.Option(help="Memory database ($MEMRELAY_DB).")] = None,
+    keys_file: Annotated[Path | None, typer.Option(help="Keys file ($MEMRELAY_KEYS_FILE).")] = None,
+    upstream_api_key: Annotated[
+        str | None, typer.Option(help="memrelay's own upstream key ($MEMRELAY_UPSTREAM_API_KEY).")
+    ] = None,
+    insecure: Annotated[bool, typer.Option(help="Run without keys off loopback.")] = False,
     connect_timeout: Annotated[float | None, typer.Option(help="Seconds.")] = None,
     first_byte_timeout: Annotated[float | None, typer.Option(help="Seconds.")] = None,
     total_timeout: Annotated[float | None, typer.Option(help="Seconds.")] = None,
@@ -47,12 +67,15 @@ def serve(
     retries: Annotated[int | None, typer.Option(help="Upstream retries.")] = None,
     log_level: Annotated[str | None, typer.Option(help="debug, info, warning.")] = None,
 ) -> None:
-    """Run the proxy."""
+    """Run the proxy (with its admin API and /metrics)."""
     settings = load_settings(
         upstream_url=upstream,
         host=host,
         port=port,
         db=db,
+        keys_file=keys_file,
+        upstream_api_key=upstream_api_key,
+        insecure=insecure or None,
         connect_timeout=connect_timeout,
         first_byte_timeout=first_byte_timeout,
         total_timeout=total_timeout,
@@ -62,11 +85,19 @@ def serve(
     )
     if not settings.upstream_url:
         raise typer.BadParameter("no upstream: pass --upstream URL or set MEMRELAY_UPSTREAM_URL")
+    try:
+        keys = KeyStore(settings.keys_file)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    if not keys.enabled and not settings.insecure and not is_loopback(settings.host):
+        raise typer.BadParameter(
+            f"refusing to serve {settings.host} without keys: anyone could read any tenant. "
+            "Create a key (memrelay keys create) and pass --keys-file, or pass --insecure."
+        )
+    from proxy.logs import configure_logging
     from proxy.wiring import build_app
 
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    configure_logging(settings.log_level)
     uvicorn.run(
         build_app(settings),
         host=settings.host,
@@ -74,4 +105,64 @@ def serve(
         log_level=settings.log_level,
         server_header=False,
         date_header=False,
+        log_config=None,
     )
+
+
+@keys_app.command("create")
+def keys_create(
+    keys_file: KeysFile,
+    tenant: Annotated[
+        list[str] | None, typer.Option(help="Tenant this key may use (repeatable).")
+    ] = None,
+    admin: Annotated[bool, typer.Option(help="Any tenant, any admin route.")] = False,
+    name: str = "",
+    as_json: AsJson = False,
+) -> None:
+    """Create a key; it is shown once and stored only as a hash."""
+    if not tenant and not admin:
+        raise typer.BadParameter("give at least one --tenant, or --admin")
+    store = KeyStore(keys_file)
+    key, record = store.create(list(tenant or []), admin=admin, name=name)
+    if as_json:
+        emit_json({"key": key, **record.public()})
+    else:
+        print(f"{record.id}: {key}\n(shown once: store it now; memrelay keeps only its hash)")
+
+
+@keys_app.command("list")
+def keys_list(keys_file: KeysFile, as_json: AsJson = False) -> None:
+    """List keys (never the keys themselves)."""
+    records = [r.public() for r in KeyStore(keys_file).records]
+    if as_json:
+        emit_json(records)
+        return
+    table(
+        "keys",
+        ["id", "name", "tenants", "admin", "revoked", "created (UTC)"],
+        [
+            [
+                r["id"],
+                r["name"],
+                ",".join(r["tenants"]),
+                r["admin"],
+                r["revoked"],
+                when(r["created_at"]),
+            ]
+            for r in records
+        ],
+    )
+
+
+@keys_app.command("revoke")
+def keys_revoke(key_id: str, keys_file: KeysFile, as_json: AsJson = False) -> None:
+    """Revoke a key by id; a running memrelay stops accepting it after a restart."""
+    try:
+        record = KeyStore(keys_file).revoke(key_id)
+    except KeyError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    emit_json(record.public()) if as_json else print(f"revoked {record.id}")
+
+
+def main() -> None:  # pragma: no cover - console script entry
+    app()

@@ -19,6 +19,7 @@ from proxy.conversation import recall_query
 from proxy.exchange import Exchange
 from proxy.hooks import ChatContext
 from proxy.injection import inject
+from proxy.metrics import Metrics
 from proxy.scoping import MemoryScope, scope_for
 from proxy.settings import Settings
 
@@ -29,9 +30,12 @@ MAX_ID_HEADER = 20
 class RecallInterceptor:
     """Recalls and injects before a chat completion goes upstream."""
 
-    def __init__(self, store: MemoryStore, settings: Settings) -> None:
+    def __init__(
+        self, store: MemoryStore, settings: Settings, metrics: Metrics | None = None
+    ) -> None:
         self.store = store
         self.settings = settings
+        self.metrics = metrics
         self.outcomes: Counter[str] = Counter()
 
     async def before(self, ctx: ChatContext) -> None:
@@ -52,6 +56,10 @@ class RecallInterceptor:
                 ids = injection.memory_ids
             status = "ok" if ids else "empty"
         self.outcomes[status] += 1
+        if self.metrics is not None:
+            self.metrics.recall.observe(elapsed / 1000)
+            self.metrics.recall_status.labels(status).inc()
+            self.metrics.injected.inc(len(ids))
         ctx.state["recalled_ids"] = ids
         self._headers(ctx, status, ids, elapsed)
 

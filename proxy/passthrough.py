@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import anyio
 
@@ -10,6 +11,7 @@ from proxy.asgi import Receive, Scope, Send, header_value
 from proxy.downstream import Downstream
 from proxy.errors import send_error
 from proxy.headers import replace_header, request_headers_for_upstream
+from proxy.metrics import Metrics
 from proxy.relay import relay_response
 from proxy.timing import mark_upstream_start
 from proxy.upstream import Upstream, UpstreamError
@@ -23,8 +25,9 @@ BUFFER_LIMIT = 1024 * 1024
 class Passthrough:
     """ASGI app forwarding method, path, query, headers and body as they came."""
 
-    def __init__(self, upstream: Upstream) -> None:
+    def __init__(self, upstream: Upstream, metrics: Metrics | None = None) -> None:
         self.upstream = upstream
+        self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         downstream = Downstream(receive)
@@ -42,7 +45,7 @@ class Passthrough:
             if length is not None:
                 headers = replace_header(headers, b"content-length", length)
         path = scope.get("raw_path", scope["path"].encode()).decode("latin-1").split("?", 1)[0]
-        mark_upstream_start(scope)
+        sent_at = mark_upstream_start(scope)
         deadline = anyio.current_time() + settings.total_timeout
         try:
             response = await self.upstream.open(
@@ -55,8 +58,12 @@ class Passthrough:
         except UpstreamError as exc:
             await send_error(send, exc.status, exc.message, "upstream_error", exc.code)
             return
+        if self.metrics is not None:
+            self.metrics.ttfb.labels("passthrough").observe(time.perf_counter() - sent_at)
         try:
             await relay_response(send, response, [], deadline=deadline)
         finally:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
+        if self.metrics is not None:
+            self.metrics.upstream.labels("passthrough").observe(time.perf_counter() - sent_at)

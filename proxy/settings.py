@@ -35,6 +35,15 @@ class Settings(BaseSettings):
     )
     pool_connections: int = Field(default=256, gt=0)
 
+    keys_file: Path | None = Field(
+        default=None,
+        description="JSON file of hashed keys; none or empty runs open (loopback only).",
+    )
+    upstream_api_key: str | None = Field(
+        default=None,
+        description="memrelay's own upstream key; clients then send their memrelay key as Bearer.",
+    )
+    insecure: bool = Field(default=False, description="Allow running open off loopback.")
     default_tenant: str = Field(default="default", pattern=r"^[A-Za-z0-9._:-]{1,128}$")
     max_read_spaces: int = Field(default=16, ge=1, le=64)
     recall_budget_ms: int = Field(

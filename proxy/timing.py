@@ -7,20 +7,25 @@ the whole time spent in memrelay.
 
 from __future__ import annotations
 
+import contextvars
 import time
 import uuid
 
 from proxy.asgi import ASGIApp, Message, Receive, Scope, Send
+from proxy.metrics import Metrics, route_of
 
 _T0 = "memrelay_t0"
 _OVERHEAD = "memrelay_overhead_ms"
 REQUEST_ID = "memrelay_request_id"
+REQUEST_ID_VAR: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 
 
-def mark_upstream_start(scope: Scope) -> None:
-    """Record that the request is leaving for the upstream now."""
+def mark_upstream_start(scope: Scope) -> float:
+    """Record that the request is leaving for the upstream now; returns the clock."""
+    now = time.perf_counter()
     state = scope.setdefault("state", {})
-    state[_OVERHEAD] = (time.perf_counter() - state.get(_T0, time.perf_counter())) * 1000
+    state[_OVERHEAD] = (now - state.get(_T0, now)) * 1000
+    return now
 
 
 def request_id(scope: Scope) -> str:
@@ -28,8 +33,9 @@ def request_id(scope: Scope) -> str:
 
 
 class TimingMiddleware:
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics | None = None) -> None:
         self.app = app
+        self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -38,16 +44,27 @@ class TimingMiddleware:
         state = scope.setdefault("state", {})
         state[_T0] = time.perf_counter()
         state[REQUEST_ID] = uuid.uuid4().hex
+        token = REQUEST_ID_VAR.set(state[REQUEST_ID])
+        route = route_of(scope["path"])
 
         async def timed_send(message: Message) -> None:
             if message["type"] == "http.response.start":
                 overhead = state.get(_OVERHEAD)
                 if overhead is None:
                     overhead = (time.perf_counter() - state[_T0]) * 1000
+                elif self.metrics is not None:
+                    self.metrics.overhead.labels(route).observe(overhead / 1000)
+                if self.metrics is not None:
+                    self.metrics.requests.labels(
+                        route, scope["method"], str(message["status"])
+                    ).inc()
                 headers = list(message.get("headers", []))
                 headers.append((b"x-memrelay-overhead-ms", f"{overhead:.2f}".encode()))
                 headers.append((b"x-memrelay-request-id", state[REQUEST_ID].encode()))
                 message = {**message, "headers": headers}
             await send(message)
 
-        await self.app(scope, receive, timed_send)
+        try:
+            await self.app(scope, receive, timed_send)
+        finally:
+            REQUEST_ID_VAR.reset(token)

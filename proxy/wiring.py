@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from extraction.entities import GLiNER2Entities
 from extraction.llm import OpenAICompatibleLLM
 from extraction.reconcile import Reconciler
 from extraction.worker import ExtractionWorkers
 from memory_core.embedder import FastEmbedEmbedder
 from memory_core.sqlite_jobs import SQLiteJobs
 from memory_core.sqlite_store import SQLiteStore
+from proxy.admin_api import AdminAPI
 from proxy.app import Resource, create_app
 from proxy.asgi import ASGIApp
+from proxy.keys import KeyStore
 from proxy.learning import ExtractionInterceptor
 from proxy.memory import RecallInterceptor
+from proxy.metrics import Metrics
+from proxy.openapi import openapi_document
 from proxy.settings import Settings
 
 
@@ -29,10 +38,12 @@ class LLMResource:
 
 
 def build_app(settings: Settings, store: SQLiteStore | None = None) -> ASGIApp:
-    """The app `memrelay serve` runs: proxy, embedded SQLite memory, extraction workers."""
+    """The app `memrelay serve` runs: proxy, embedded SQLite memory, extraction workers,
+    admin API, metrics."""
     if store is None:
         store = SQLiteStore(settings.db, FastEmbedEmbedder(settings.embedding_model_dir))
     jobs = SQLiteJobs(store)
+    metrics = Metrics()
     llm = OpenAICompatibleLLM(
         settings.extraction_url or settings.upstream_url or "",
         model=settings.extraction_model,
@@ -41,18 +52,48 @@ def build_app(settings: Settings, store: SQLiteStore | None = None) -> ASGIApp:
         thinking_off=settings.extraction_thinking_off,
         max_wait=settings.extraction_retry_base_seconds * 2,
     )
+    entities = (
+        GLiNER2Entities(settings.gliner_model, settings.gliner_labels, settings.gliner_threshold)
+        if settings.gliner_model
+        else None
+    )
+    reconciler = Reconciler(store, llm)
     workers = ExtractionWorkers(
         jobs,
         llm,
-        Reconciler(store, llm),
+        reconciler,
+        entities=entities,
         concurrency=settings.extraction_workers,
         lease_seconds=settings.extraction_lease_seconds,
         retry_base_seconds=settings.extraction_retry_base_seconds,
     )
+    metrics.snapshot.jobs = lambda: workers.counts
     interceptors = [
-        RecallInterceptor(store, settings),
+        RecallInterceptor(store, settings, metrics),
         ExtractionInterceptor(jobs, workers, settings),
+    ]
+    admin = AdminAPI(store, jobs, reconciler, settings)
+
+    async def openapi(request: Request) -> Response:
+        return JSONResponse(openapi_document())
+
+    async def metrics_endpoint(request: Request) -> Response:
+        metrics.snapshot.queue = await jobs.job_counts()
+        metrics.snapshot.memories = await store.status_counts()
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    routes = [
+        Route("/memrelay/openapi.json", openapi, methods=["GET"]),
+        Route("/metrics", metrics_endpoint, methods=["GET"]),
+        *admin.routes(),
     ]
     # Closed in reverse: workers finish (or give back) their jobs, then the client, then the store.
     resources: list[Resource] = [store, LLMResource(llm), workers]
-    return create_app(settings, interceptors=interceptors, resources=resources)
+    return create_app(
+        settings,
+        interceptors=interceptors,
+        resources=resources,
+        routes=routes,
+        metrics=metrics,
+        keys=KeyStore(settings.keys_file),
+    )

@@ -1,0 +1,339 @@
+"""The admin REST API under /memrelay/v1: see, correct and control what is remembered.
+
+Scoped by the same X-Memrelay-* headers as the proxy (and bound to keys by the auth
+middleware). Every operation is the library's: `memory_core` for memories and events,
+`extraction.Reconciler` for remember, the job queue for jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from extraction.facts import Fact
+from extraction.reconcile import Reconciler
+from memory_core.errors import InvalidInput, InvalidTransition, NotFound
+from memory_core.jobs import JobQueue
+from memory_core.model import KINDS, STATUSES
+from memory_core.recall import RecallQuery
+from memory_core.store import ListQuery, MemoryStore
+from proxy.admin_models import ForgetBody, RecallBody, RememberBody
+from proxy.hooks import RequestRejected
+from proxy.scoping import MemoryScope, scope_from_headers
+from proxy.settings import Settings
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def error(status: int, message: str, type_: str, details: Any = None) -> JSONResponse:
+    body: dict[str, Any] = {"error": {"message": message, "type": type_, "code": status}}
+    if details is not None:
+        body["error"]["details"] = details
+    return JSONResponse(body, status_code=status)
+
+
+class Unprocessable(Exception):
+    def __init__(self, message: str, details: Any = None) -> None:
+        super().__init__(message)
+        self.details = details
+
+
+def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise Unprocessable(f"query parameter {name!r} must be an integer") from exc
+    if not low <= value <= high:
+        raise Unprocessable(f"query parameter {name!r} must be between {low} and {high}")
+    return value
+
+
+def _float(request: Request, name: str) -> float | None:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return None
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise Unprocessable(f"query parameter {name!r} must be a number") from exc
+
+
+def _choices(request: Request, name: str, allowed: tuple[str, ...]) -> list[str] | None:
+    values = [v for raw in request.query_params.getlist(name) for v in raw.split(",") if v]
+    for value in values:
+        if value not in allowed:
+            raise Unprocessable(f"{name} must be one of {', '.join(allowed)} (got {value!r})")
+    return values or None
+
+
+class AdminAPI:
+    def __init__(
+        self, store: MemoryStore, jobs: JobQueue, reconciler: Reconciler, settings: Settings
+    ) -> None:
+        self.store = store
+        self.jobs = jobs
+        self.reconciler = reconciler
+        self.settings = settings
+
+    def routes(self) -> list[Route]:
+        p = "/memrelay/v1"
+        table: list[tuple[str, str, Handler]] = [
+            ("POST", "/memories", self.remember),
+            ("GET", "/memories", self.list),
+            ("GET", "/memories/{memory_id}", self.get),
+            ("DELETE", "/memories/{memory_id}", self.forget),
+            ("GET", "/memories/{memory_id}/history", self.history),
+            ("POST", "/recall", self.recall),
+            ("POST", "/forget", self.forget_by_query),
+            ("GET", "/events", self.events),
+            ("GET", "/stats", self.stats),
+            ("GET", "/export", self.export),
+            ("POST", "/import", self.import_),
+            ("GET", "/jobs", self.list_jobs),
+            ("POST", "/jobs/{job_id}/retry", self.retry_job),
+        ]
+        return [Route(p + path, self._guard(fn), methods=[method]) for method, path, fn in table]
+
+    def _guard(self, fn: Handler) -> Handler:
+        async def handler(request: Request) -> Response:
+            try:
+                return await fn(request)
+            except RequestRejected as exc:
+                return error(exc.status, exc.message, "invalid_request_error")
+            except Unprocessable as exc:
+                return error(422, str(exc), "validation_error", exc.details)
+            except ValidationError as exc:
+                details = [
+                    {"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]}
+                    for e in exc.errors()
+                ]
+                return error(422, "request body is invalid", "validation_error", details)
+            except NotFound as exc:
+                return error(404, str(exc), "not_found")
+            except InvalidTransition as exc:
+                return error(409, str(exc), "conflict")
+            except InvalidInput as exc:
+                return error(400, str(exc), "invalid_request_error")
+
+        handler.__name__ = fn.__name__
+        return handler
+
+    def _scope(self, request: Request) -> MemoryScope:
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        return scope_from_headers(
+            headers, self.settings.default_tenant, self.settings.max_read_spaces
+        )
+
+    async def _body(self, request: Request, model: type[BaseModel]) -> Any:
+        raw = await request.body()
+        try:
+            data = json.loads(raw or b"{}")
+        except ValueError as exc:
+            raise RequestRejected(400, f"request body is not valid JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise Unprocessable("request body must be a JSON object")
+        return model.model_validate(data)
+
+    # -- memories --------------------------------------------------------------------
+
+    async def remember(self, request: Request) -> Response:
+        scope = self._scope(request)
+        body: RememberBody = await self._body(request, RememberBody)
+        fact = Fact(
+            content=body.content,
+            kind=body.kind,
+            subject=body.subject,
+            attribute=body.attribute,
+            value=body.value,
+            confidence=body.confidence,
+            stated_by="admin",
+            expires_at=body.expires_at,
+        )
+        provenance = {
+            "request_id": request.state.memrelay_request_id,
+            "time": time.time(),
+            "via": "admin",
+        }
+        outcome = await self.reconciler.apply(scope.tenant, scope.write_space, fact, provenance)
+        memory = (
+            await self.store.get(scope.tenant, outcome.memory_id) if outcome.memory_id else None
+        )
+        status = 201 if outcome.action in ("added", "superseded") else 200
+        return JSONResponse(
+            {
+                "action": outcome.action,
+                "superseded": outcome.old_ids if outcome.action == "superseded" else [],
+                "reason": outcome.reason,
+                "memory": memory.as_dict() if memory else None,
+            },
+            status_code=status,
+        )
+
+    async def list(self, request: Request) -> Response:
+        scope = self._scope(request)
+        spaces = [s for raw in request.query_params.getlist("space") for s in raw.split(",") if s]
+        statuses = _choices(request, "status", STATUSES) or ["active"]
+        query = ListQuery(
+            tenant=scope.tenant,
+            spaces=spaces or None,
+            statuses=statuses,
+            kinds=_choices(request, "kind", KINDS),
+            subject=request.query_params.get("subject"),
+            attribute=request.query_params.get("attribute"),
+            created_after=_float(request, "created_after"),
+            created_before=_float(request, "created_before"),
+            limit=_int(request, "limit", 50, 1, 1000),
+            cursor=request.query_params.get("cursor"),
+        )
+        page = await self.store.list(query)
+        return JSONResponse(
+            {"data": [m.as_dict() for m in page.items], "next_cursor": page.next_cursor}
+        )
+
+    async def get(self, request: Request) -> Response:
+        scope = self._scope(request)
+        memory = await self.store.get(scope.tenant, request.path_params["memory_id"])
+        if memory is None:
+            raise NotFound(
+                f"no memory {request.path_params['memory_id']!r} in tenant {scope.tenant!r}"
+            )
+        return JSONResponse(memory.as_dict())
+
+    async def forget(self, request: Request) -> Response:
+        scope = self._scope(request)
+        reason = request.query_params.get("reason") or "forgotten through the admin API"
+        memory = await self.store.forget(
+            scope.tenant, request.path_params["memory_id"], reason[:500], actor="admin"
+        )
+        return JSONResponse(memory.as_dict())
+
+    async def history(self, request: Request) -> Response:
+        scope = self._scope(request)
+        memory_id = request.path_params["memory_id"]
+        if await self.store.get(scope.tenant, memory_id) is None:
+            raise NotFound(f"no memory {memory_id!r} in tenant {scope.tenant!r}")
+        events = await self.store.history(scope.tenant, memory_id)
+        return JSONResponse({"data": [e.as_dict() for e in events]})
+
+    async def recall(self, request: Request) -> Response:
+        scope = self._scope(request)
+        body: RecallBody = await self._body(request, RecallBody)
+        results = await self.store.recall(
+            RecallQuery(
+                scope.tenant,
+                list(scope.read_spaces),
+                body.query,
+                top_k=body.top_k,
+                kinds=list(body.kinds) if body.kinds else None,
+                min_similarity=body.min_similarity,
+            )
+        )
+        return JSONResponse({"data": [r.as_dict() for r in results]})
+
+    async def forget_by_query(self, request: Request) -> Response:
+        scope = self._scope(request)
+        body: ForgetBody = await self._body(request, ForgetBody)
+        results = await self.store.recall(
+            RecallQuery(
+                scope.tenant,
+                list(scope.read_spaces),
+                body.query,
+                top_k=body.top_k,
+                min_similarity=body.min_similarity,
+                use_text=False,
+            )
+        )
+        matches = [r.memory for r in results]
+        if not body.dry_run:
+            for memory in matches:
+                await self.store.forget(scope.tenant, memory.id, body.reason, actor="admin")
+        return JSONResponse(
+            {
+                "dry_run": body.dry_run,
+                "forgotten" if not body.dry_run else "would_forget": [
+                    {"id": m.id, "content": m.content, "space": m.space} for m in matches
+                ],
+            }
+        )
+
+    async def events(self, request: Request) -> Response:
+        scope = self._scope(request)
+        since = _int(request, "since", 0, 0, 2**62)
+        events = await self.store.events(scope.tenant, since, _int(request, "limit", 100, 1, 1000))
+        cursor = events[-1].seq if events else since
+        return JSONResponse({"data": [e.as_dict() for e in events], "next_cursor": cursor})
+
+    async def stats(self, request: Request) -> Response:
+        scope = self._scope(request)
+        stats = await self.store.stats(scope.tenant)
+        stats["jobs"] = await self.jobs.job_counts(scope.tenant)
+        return JSONResponse(stats)
+
+    # -- transfer --------------------------------------------------------------------
+
+    async def export(self, request: Request) -> Response:
+        scope = self._scope(request)
+
+        async def lines() -> AsyncIterator[bytes]:
+            async for line in self.store.export(scope.tenant):
+                yield line.encode() + b"\n"
+
+        return StreamingResponse(
+            lines(),
+            media_type="application/x-ndjson",
+            headers={"content-disposition": f'attachment; filename="{scope.tenant}.jsonl"'},
+        )
+
+    async def import_(self, request: Request) -> Response:
+        scope = self._scope(request)
+        totals = {"imported": 0, "skipped": 0, "errors": []}
+        buffer = b""
+        batch: list[str] = []
+
+        async def flush() -> None:
+            result = await self.store.import_lines(scope.tenant, batch)
+            totals["imported"] += result.imported
+            totals["skipped"] += result.skipped
+            totals["errors"].extend(result.errors[: 100 - len(totals["errors"])])
+            batch.clear()
+
+        async for chunk in request.stream():
+            buffer += chunk
+            *complete, buffer = buffer.split(b"\n")
+            batch.extend(line.decode("utf-8", "replace") for line in complete)
+            if len(batch) >= 500:
+                await flush()
+        if buffer.strip():
+            batch.append(buffer.decode("utf-8", "replace"))
+        await flush()
+        return JSONResponse(totals)
+
+    # -- jobs ------------------------------------------------------------------------
+
+    async def list_jobs(self, request: Request) -> Response:
+        scope = self._scope(request)
+        statuses = _choices(request, "status", ("pending", "leased", "done", "dead"))
+        jobs = await self.jobs.list_jobs(
+            scope.tenant, statuses, _int(request, "limit", 100, 1, 1000)
+        )
+        return JSONResponse(
+            {
+                "data": [j.as_dict() for j in jobs],
+                "counts": await self.jobs.job_counts(scope.tenant),
+            }
+        )
+
+    async def retry_job(self, request: Request) -> Response:
+        scope = self._scope(request)
+        job = await self.jobs.retry(scope.tenant, request.path_params["job_id"])
+        return JSONResponse(job.as_dict())

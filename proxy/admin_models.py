@@ -1,0 +1,40 @@
+"""Request bodies of the admin API: strict (unknown fields and wrong types are 422)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+KindName = Literal["fact", "preference", "constraint", "error", "goal", "note"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class RememberBody(Strict):
+    content: str = Field(min_length=1, max_length=8000)
+    kind: KindName = "fact"
+    subject: str | None = Field(default=None, max_length=128)
+    attribute: str | None = Field(default=None, max_length=128)
+    value: str | None = Field(default=None, max_length=500)
+    confidence: float = Field(default=0.9, ge=0, le=1)
+    expires_at: float | None = Field(default=None, ge=0)
+
+
+class RecallBody(Strict):
+    query: str = Field(max_length=100_000)
+    top_k: int = Field(default=10, ge=1, le=100)
+    kinds: list[KindName] | None = Field(default=None, max_length=6)
+    min_similarity: float = Field(default=-1.0, ge=-1, le=1)
+
+
+class ForgetBody(Strict):
+    query: str = Field(min_length=1, max_length=10_000)
+    dry_run: bool = True
+    top_k: int = Field(default=10, ge=1, le=100)
+    min_similarity: float = Field(
+        default=0.5, ge=-1, le=1, description="Only memories at least this close are forgotten."
+    )
+    reason: str = Field(default="forgotten by query", max_length=500)

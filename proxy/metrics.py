@@ -1,0 +1,98 @@
+"""Prometheus metrics (prometheus-client), one registry per app."""
+
+from __future__ import annotations
+
+from collections import Counter as PyCounter
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+def route_of(path: str) -> str:
+    """A small, fixed label set: never a raw path (ids would explode cardinality)."""
+    if path == "/v1/chat/completions":
+        return "chat_completions"
+    if path.startswith("/memrelay/v1/"):
+        return "admin"
+    if path.startswith("/memrelay/"):
+        return "health"
+    if path == "/metrics":
+        return "metrics"
+    return "passthrough"
+
+
+class _Snapshot(Collector):
+    """Values read from the database when /metrics is scraped (refreshed just before)."""
+
+    def __init__(self) -> None:
+        self.queue: dict[str, int] = {}
+        self.memories: dict[str, int] = {}
+        self.jobs: Callable[[], PyCounter[str]] | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        depth = GaugeMetricFamily(
+            "memrelay_extraction_queue_jobs", "Extraction jobs by status", labels=["status"]
+        )
+        for status, count in sorted(self.queue.items()):
+            depth.add_metric([status], count)
+        yield depth
+        memories = GaugeMetricFamily("memrelay_memories", "Memories by status", labels=["status"])
+        for status, count in sorted(self.memories.items()):
+            memories.add_metric([status], count)
+        yield memories
+        processed = CounterMetricFamily(
+            "memrelay_extraction_jobs", "Jobs processed by this process", labels=["outcome"]
+        )
+        counts = self.jobs() if self.jobs else PyCounter()
+        for outcome in ("done", "failed", "dead"):
+            processed.add_metric([outcome], counts.get(outcome, 0))
+        yield processed
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "memrelay_requests", "HTTP requests", ["route", "method", "status"], registry=r
+        )
+        self.upstream = Histogram(
+            "memrelay_upstream_seconds",
+            "Upstream exchange time (to the last byte)",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ttfb = Histogram(
+            "memrelay_upstream_ttfb_seconds",
+            "Upstream time to response headers",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.overhead = Histogram(
+            "memrelay_overhead_seconds",
+            "Time inside memrelay before the upstream",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.recall = Histogram(
+            "memrelay_recall_seconds",
+            "Recall time on chat completions",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.recall_status = Counter("memrelay_recall", "Recall outcomes", ["status"], registry=r)
+        self.injected = Counter(
+            "memrelay_memories_injected", "Memories injected into prompts", registry=r
+        )
+        self.snapshot = _Snapshot()
+        r.register(self.snapshot)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
