@@ -12,7 +12,7 @@ import os
 import shutil
 import threading
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -80,7 +80,13 @@ def assemble_default_model(target: Path | None = None) -> Path:
 
 
 class FastEmbedEmbedder:
-    """fastembed over a local model folder; thread-safe, loaded on first use."""
+    """fastembed over a local model folder; thread-safe, loaded on first use.
+
+    Two ONNX sessions of the same model: a single-threaded one for single texts (the
+    query on every chat completion: idle intra-op threads would otherwise spin on the
+    other core right when the vector scan and SQLite need it), and one using every core
+    for batches (add_many, imports), where throughput matters.
+    """
 
     def __init__(
         self,
@@ -91,24 +97,28 @@ class FastEmbedEmbedder:
         self.model_dir = Path(model_dir) if model_dir else None
         self.name = model_name
         self.dim = dim
-        self._model = None
+        self._models: dict[str, Any] = {}
         self._lock = threading.Lock()
 
-    def _load(self):  # type: ignore[no-untyped-def]
+    def _load(self, kind: str) -> Any:
         with self._lock:
-            if self._model is None:
+            if kind not in self._models:
                 from fastembed import TextEmbedding
 
                 path = self.model_dir or assemble_default_model()
                 if not (Path(path) / "model.onnx").is_file():
                     raise ModelNotInstalled(f"no model.onnx in {path}")
-                self._model = TextEmbedding(model_name=self.name, specific_model_path=str(path))
-            return self._model
+                self._models[kind] = TextEmbedding(
+                    model_name=self.name,
+                    specific_model_path=str(path),
+                    threads=1 if kind == "single" else None,
+                )
+            return self._models[kind]
 
     def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        model = self._load()
+        model = self._load("single" if len(texts) == 1 else "batch")
         vectors = np.asarray(list(model.embed(texts, batch_size=64)), dtype=np.float32)
         if vectors.shape[1] != self.dim:
             raise ModelNotInstalled(

@@ -25,7 +25,7 @@ from memory_core.sqlite_db import Connection
 RRF_K = 60
 MAX_QUERY_CHARS = 4_000
 MAX_QUERY_TERMS = 32
-POSTINGS_BUDGET = 5_000
+POSTINGS_BUDGET = 2_000
 _STEMMERS = threading.local()  # snowball stemmers keep state: one per thread
 ENTITY_BOOST = 1.15
 SEVERITY_BOOST = {"critical": 1.2, "antipattern": 1.1, "context": 1.0}
@@ -146,7 +146,8 @@ def text_search(
     """BM25 over the tenant's active memories in the read spaces (lower bm25 is better).
 
     The budget in `choose_terms` bounds the matches, so every match is scored first and
-    the scope is applied by joining the main table (a rowid lookup per match).
+    the scope is applied by joining the main table (a rowid lookup per match; CROSS JOIN
+    keeps SQLite from scanning the whole tenant instead).
     """
     chosen = choose_terms(conn, terms)
     if not chosen:
@@ -155,7 +156,7 @@ def text_search(
     sql = (
         "WITH hits AS MATERIALIZED (SELECT rowid, bm25(memory_fts) AS s FROM memory_fts"
         " WHERE memory_fts MATCH ?)"
-        " SELECT hits.rowid, hits.s FROM hits JOIN memories m ON m.rowid = hits.rowid"
+        " SELECT hits.rowid, hits.s FROM hits CROSS JOIN memories m ON m.rowid = hits.rowid"
         f" WHERE m.tenant = ? AND m.status = 'active' AND m.space IN ({_in(q.spaces)})"
         " ORDER BY hits.s LIMIT ?"
     )

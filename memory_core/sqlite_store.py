@@ -84,7 +84,8 @@ class SQLiteStore:
             conn.close()
         self._writer = ConnectionThreads(self.path, 1, "memrelay-write")
         self._readers = ConnectionThreads(self.path, self._readers_count, "memrelay-read")
-        await self.embed(["warm up"])  # load the model now, not on the first request
+        await self.embed(["warm up"])  # load both model sessions now, not on first use
+        await self.embed(["warm", "up"])
 
     async def close(self) -> None:
         for pool in (self._writer, self._readers):
@@ -342,15 +343,28 @@ class SQLiteStore:
         terms = query_terms(text) if query.use_text else []
         if not text or (not terms and not query.use_vector):
             return []
-        vector = (await self.embed([text]))[0] if query.use_vector else None
         pool = max(query.top_k * 4, 40)
         now = time.time()
+        # Full-text search needs no vector: it runs on a reader thread while the query
+        # is embedded (both release the GIL). The vector search and the SQL guard then
+        # share one snapshot; the guard re-checks every text hit too.
+        text_task = (
+            asyncio.ensure_future(self.run_read(lambda c: text_search(c, query, terms, pool)))
+            if terms
+            else None
+        )
+        try:
+            vector = (await self.embed([text]))[0] if query.use_vector else None
+            text_hits = await text_task if text_task is not None else []
+        except BaseException:
+            if text_task is not None:
+                text_task.cancel()
+            raise
 
         def search(conn: Connection) -> list[Recalled]:
-            conn.execute("BEGIN")  # one snapshot for the cache check, both searches and the guard
+            conn.execute("BEGIN")  # one snapshot for the cache check, the KNN and the guard
             try:
                 vector_hits = self._knn(conn, query, vector, pool) if vector is not None else []
-                text_hits = text_search(conn, query, terms, pool) if terms else []
                 rowids = list({r for r, _ in vector_hits} | {r for r, _ in text_hits})
                 memories = load_active(conn, query, rowids, now)
             finally:

