@@ -23,6 +23,11 @@ from memory_core.rows import MEMORY_COLUMNS, memory_from_row
 from memory_core.sqlite_db import Connection
 
 RRF_K = 60
+# Weighted RRF. On LoCoMo (bench/locomo_bench.py, 4 conversations) MiniLM alone finds
+# the evidence turn in the top 10 for 53% of questions and BM25 for 70%; equal weights
+# gave 64%, the vector side at 0.3 gave 71.5% (and the best session-level scores).
+VECTOR_WEIGHT = 0.3
+TEXT_WEIGHT = 1.0
 MAX_QUERY_CHARS = 4_000
 MAX_QUERY_TERMS = 32
 POSTINGS_BUDGET = 2_000
@@ -209,7 +214,11 @@ def fuse(
         memory = memories[rowid]
         if "text_rank" not in info and info.get("vector_similarity", 1.0) < q.min_similarity:
             continue
-        rrf = sum(1.0 / (RRF_K + info[key]) for key in ("vector_rank", "text_rank") if key in info)
+        rrf = sum(
+            weight / (RRF_K + info[key])
+            for key, weight in (("vector_rank", VECTOR_WEIGHT), ("text_rank", TEXT_WEIGHT))
+            if key in info
+        )
         age_days = max(0.0, now - memory.updated_at) / 86400
         recency = 0.85 + 0.15 * math.pow(0.5, age_days / RECENCY_HALF_LIFE_DAYS)
         confidence = 0.8 + 0.2 * memory.confidence
