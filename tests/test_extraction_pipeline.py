@@ -52,7 +52,10 @@ def drain(seed, at_least=1, timeout=20.0):
 
 
 def injected(fake):
-    messages = fake.chat_requests()[-1].json()["messages"]
+    """System content of the last proxied chat request (not the workers' own calls,
+    which may arrive right after it)."""
+    proxied = [r for r in fake.chat_requests() if b"memrelay-extraction" not in r.body]
+    messages = proxied[-1].json()["messages"]
     return messages[0]["content"] if messages[0]["role"] == "system" else ""
 
 
