@@ -51,6 +51,14 @@ def drain(seed, at_least=1, timeout=20.0):
     raise AssertionError(f"queue did not drain: {counts}")
 
 
+def wait_jobs(seed, count, timeout=10.0):
+    """Jobs are written just after the answer: wait until `count` exist."""
+    jobs = SQLiteJobs(seed.store)
+    deadline = time.monotonic() + timeout
+    while sum(seed.run(jobs.job_counts()).values()) < count and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def injected(fake):
     """System content of the last proxied chat request (not the workers' own calls,
     which may arrive right after it)."""
@@ -201,7 +209,7 @@ def test_what_is_not_queued(fake, memory_proxy, script):
         ]
         == "queued"
     )
-    time.sleep(0.3)
+    wait_jobs(seed, 1)
     assert seed.run(jobs.job_counts())["pending"] == 1
 
 
@@ -233,7 +241,7 @@ def test_streamed_exchange_is_queued_with_scrubbed_reply(fake, memory_proxy, scr
         model="m", messages=[{"role": "user", "content": "remember this"}], stream=True
     )
     list(stream)
-    time.sleep(0.3)
+    wait_jobs(seed, 1)
     job = seed.run(SQLiteJobs(seed.store).list_jobs("acme"))[0]
     assert job.payload["user"] == "remember this"
     assert job.payload["assistant"] == "Sure, noted.\n[called tool save({})]"
@@ -308,7 +316,7 @@ def test_interrupted_job_is_finished_after_restart_without_duplicates(
     db = tmp_path / "crash.db"
     server, seed = memory_proxy(db=db, extraction_workers=0)
     say(server, "two facts about me")
-    time.sleep(0.3)
+    wait_jobs(seed, 1)
     jobs = SQLiteJobs(seed.store)
     job = seed.run(jobs.claim("worker-that-dies", lease_seconds=0.5))
     assert job is not None
