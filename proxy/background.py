@@ -27,9 +27,6 @@ class TaskSet:
         if not task.cancelled() and task.exception() is not None:
             log.error("background task %s failed", task.get_name(), exc_info=task.exception())
 
-    def __len__(self) -> int:
-        return len(self._tasks)
-
     async def drain(self, grace: float = 10.0) -> None:
         """Wait for running tasks, cancelling what is still running after `grace` seconds."""
         if not self._tasks:

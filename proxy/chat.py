@@ -123,7 +123,6 @@ class ChatCompletions:
             status=response.status_code,
             streamed=streamed,
             request_id=ctx.request_id,
-            scope_state=ctx.state,
         )
         if not success:
             await relay_response(send, response, ctx.response_headers, deadline=deadline)

@@ -31,7 +31,6 @@ class Downstream:
         self._body_send = send
         self._body_recv = recv
         self.disconnected = False
-        self.body_started = False
 
     async def _pump(self, scope: anyio.CancelScope) -> None:
         body_open = True
@@ -55,7 +54,6 @@ class Downstream:
 
     async def body_chunks(self) -> AsyncIterator[bytes]:
         """The request body as it arrives."""
-        self.body_started = True
         async for chunk in self._body_recv:
             yield chunk
 

@@ -63,7 +63,6 @@ class Exchange:
     response_id: str | None = None
     done: bool = False
     request_id: str = ""
-    scope_state: dict[str, Any] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:

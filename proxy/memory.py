@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
 from typing import Any
 
 from memory_core.injection import render
@@ -36,7 +35,6 @@ class RecallInterceptor:
         self.store = store
         self.settings = settings
         self.metrics = metrics
-        self.outcomes: Counter[str] = Counter()
 
     async def before(self, ctx: ChatContext) -> None:
         scope = scope_for(ctx, self.settings)
@@ -55,7 +53,6 @@ class RecallInterceptor:
                 ctx.set_body(inject(ctx.body, injection.text))
                 ids = injection.memory_ids
             status = "ok" if ids else "empty"
-        self.outcomes[status] += 1
         if self.metrics is not None:
             self.metrics.recall.observe(elapsed / 1000)
             self.metrics.recall_status.labels(status).inc()
