@@ -50,9 +50,10 @@ class Job:
 
 
 def job_from_row(row: tuple[Any, ...]) -> Job:
+    """SQLite stores payload and result as JSON text; Postgres jsonb comes back decoded."""
     values = list(row)
-    values[4] = json.loads(values[4]) if values[4] else None
-    values[11] = json.loads(values[11]) if values[11] else None
+    for i in (4, 11):
+        values[i] = json.loads(values[i]) if isinstance(values[i], str) else values[i]
     return Job(*values)
 
 
@@ -190,33 +191,42 @@ def retry(conn: Connection, tenant: str, job_id: str) -> Job:
     return _get(conn, job_id)
 
 
-def list_jobs(
-    conn: Connection, tenant: str | None, statuses: list[str] | None, limit: int
-) -> list[Job]:
+def list_jobs_sql(
+    tenant: str | None, statuses: list[str] | None, limit: int, mark: str = "?"
+) -> tuple[str, list[Any]]:
+    """Newest jobs first, optionally of one tenant and some statuses."""
     sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE 1 = 1"
     params: list[Any] = []
     if tenant is not None:
-        sql += " AND tenant = ?"
+        sql += f" AND tenant = {mark}"
         params.append(tenant)
     if statuses:
         for status in statuses:
             if status not in JOB_STATUSES:
                 raise InvalidInput(f"job status must be one of {', '.join(JOB_STATUSES)}")
-        sql += f" AND status IN ({','.join('?' * len(statuses))})"
+        sql += f" AND status IN ({','.join([mark] * len(statuses))})"
         params += statuses
-    sql += " ORDER BY seq DESC LIMIT ?"
+    sql += f" ORDER BY seq DESC LIMIT {mark}"
     params.append(limit)
+    return sql, params
+
+
+def job_counts_sql(tenant: str | None, mark: str = "?") -> tuple[str, list[Any]]:
+    if tenant is None:
+        return "SELECT status, count(*) FROM jobs GROUP BY status", []
+    return f"SELECT status, count(*) FROM jobs WHERE tenant = {mark} GROUP BY status", [tenant]
+
+
+def list_jobs(
+    conn: Connection, tenant: str | None, statuses: list[str] | None, limit: int
+) -> list[Job]:
+    sql, params = list_jobs_sql(tenant, statuses, limit)
     return [job_from_row(row) for row in conn.execute(sql, params)]
 
 
 def job_counts(conn: Connection, tenant: str | None) -> dict[str, int]:
-    sql = "SELECT status, count(*) FROM jobs"
-    params: list[Any] = []
-    if tenant is not None:
-        sql += " WHERE tenant = ?"
-        params.append(tenant)
     counts = dict.fromkeys(JOB_STATUSES, 0)
-    counts.update(dict(conn.execute(sql + " GROUP BY status", params).fetchall()))
+    counts.update(dict(conn.execute(*job_counts_sql(tenant)).fetchall()))
     return counts
 
 

@@ -24,6 +24,58 @@ from memory_core.rows import append_event, fetch_memory
 from memory_core.sqlite_db import Connection, IntegrityError
 
 
+def build_memory(
+    tenant: str,
+    space: str,
+    new: NewMemory,
+    *,
+    memory_id: str | None = None,
+    status: str = "active",
+    created_at: float | None = None,
+    updated_at: float | None = None,
+    extra: dict[str, Any] | None = None,
+    provenance: list[dict[str, Any]] | None = None,
+) -> Memory:
+    """The row a new memory becomes (shared by both backends); forgotten ones hold no text."""
+    now = time.time()
+    extra = extra or {}
+    kept = status != "forgotten"
+    return Memory(
+        id=memory_id or new_memory_id(),
+        tenant=tenant,
+        space=space,
+        kind=new.kind,
+        content=new.content if kept else None,
+        subject=new.subject if kept else None,
+        attribute=new.attribute if kept else None,
+        value=new.value if kept else None,
+        confidence=new.confidence,
+        source=new.source,
+        provenance=provenance
+        if provenance is not None
+        else ([new.provenance] if new.provenance else []),
+        status=status,
+        superseded_by=extra.get("superseded_by"),
+        status_reason=extra.get("status_reason"),
+        created_at=created_at if created_at is not None else now,
+        updated_at=updated_at if updated_at is not None else now,
+        expires_at=new.expires_at,
+        content_hash=content_hash(tenant, space, new.content) if kept else None,
+        entities=new.entities if kept else [],
+    )
+
+
+def reinforced(
+    memory: Memory, provenance: dict[str, Any] | None
+) -> tuple[float, list[dict[str, Any]]]:
+    """Confidence moved a fifth of the way to 1, and the provenance trail (last 50 kept)."""
+    if memory.status != "active":
+        raise InvalidInput(f"only active memories can be reinforced (this one is {memory.status})")
+    confidence = min(1.0, memory.confidence + (1.0 - memory.confidence) * 0.2)
+    trail = memory.provenance + ([provenance] if provenance else [])
+    return confidence, trail[-50:]
+
+
 def insert_memory(
     conn: Connection,
     tenant: str,
@@ -41,30 +93,16 @@ def insert_memory(
     record_event: bool = True,
 ) -> Memory:
     """Insert one memory (and, when active, its vector and text rows)."""
-    now = time.time()
-    extra = extra or {}
-    memory = Memory(
-        id=memory_id or new_memory_id(),
-        tenant=tenant,
-        space=space,
-        kind=new.kind,
-        content=new.content if status != "forgotten" else None,
-        subject=new.subject if status != "forgotten" else None,
-        attribute=new.attribute if status != "forgotten" else None,
-        value=new.value if status != "forgotten" else None,
-        confidence=new.confidence,
-        source=new.source,
-        provenance=provenance
-        if provenance is not None
-        else ([new.provenance] if new.provenance else []),
+    memory = build_memory(
+        tenant,
+        space,
+        new,
+        memory_id=memory_id,
         status=status,
-        superseded_by=extra.get("superseded_by"),
-        status_reason=extra.get("status_reason"),
-        created_at=created_at if created_at is not None else now,
-        updated_at=updated_at if updated_at is not None else now,
-        expires_at=new.expires_at,
-        content_hash=content_hash(tenant, space, new.content) if status != "forgotten" else None,
-        entities=new.entities if status != "forgotten" else [],
+        created_at=created_at,
+        updated_at=updated_at,
+        extra=extra,
+        provenance=provenance,
     )
     try:
         cursor = conn.execute(
@@ -152,14 +190,11 @@ def reinforce(
 ) -> Memory:
     """Raise confidence towards 1 and append provenance; no new row."""
     rowid, memory = require(conn, tenant, memory_id)
-    if memory.status != "active":
-        raise InvalidInput(f"only active memories can be reinforced (this one is {memory.status})")
-    confidence = min(1.0, memory.confidence + (1.0 - memory.confidence) * 0.2)
-    trail = memory.provenance + ([provenance] if provenance else [])
+    confidence, trail = reinforced(memory, provenance)
     now = time.time()
     conn.execute(
         "UPDATE memories SET confidence = ?, provenance = ?, updated_at = ? WHERE rowid = ?",
-        (confidence, json.dumps(trail[-50:]), now, rowid),
+        (confidence, json.dumps(trail), now, rowid),
     )
     append_event(
         conn,

@@ -1,4 +1,4 @@
-"""Integrity checks of a SQLite memory database: each finding names what is wrong."""
+"""Integrity checks of a memory database: each finding names what is wrong."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ class Finding:
         return {"check": self.check, "memory_id": self.memory_id, "detail": self.detail}
 
 
-CHECKS: list[tuple[str, str, str]] = [
+SQLITE_CHECKS: list[tuple[str, str, str]] = [
     (
         "active_without_vector",
         "SELECT m.id FROM memories m WHERE m.status = 'active'"
@@ -48,6 +48,24 @@ CHECKS: list[tuple[str, str, str]] = [
         " WHERE v.tenant != m.tenant OR v.space != m.space",
         "a vector is filed under another tenant or space than its memory",
     ),
+]
+
+# Postgres keeps vectors and text vectors in the row; a CHECK constraint already refuses
+# them on inactive rows, so only the missing ones need looking for.
+POSTGRES_CHECKS: list[tuple[str, str, str]] = [
+    (
+        "active_without_vector",
+        "SELECT id FROM memories WHERE status = 'active' AND embedding IS NULL",
+        "an active memory has no vector, so KNN cannot find it",
+    ),
+    (
+        "active_without_text",
+        "SELECT id FROM memories WHERE status = 'active' AND tsv IS NULL",
+        "an active memory has no full-text vector",
+    ),
+]
+
+COMMON_CHECKS: list[tuple[str, str, str]] = [
     (
         "superseded_chain_broken",
         "SELECT m.id FROM memories m WHERE m.status = 'superseded' AND (m.superseded_by IS NULL"
@@ -80,7 +98,7 @@ CHECKS: list[tuple[str, str, str]] = [
 
 def lint(conn: Connection, limit: int = 1000) -> list[Finding]:
     findings: list[Finding] = []
-    for name, sql, detail in CHECKS:
+    for name, sql, detail in SQLITE_CHECKS + COMMON_CHECKS:
         for (memory_id,) in conn.execute(sql + f" LIMIT {int(limit)}"):
             findings.append(Finding(name, memory_id, detail))
     return findings

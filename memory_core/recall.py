@@ -78,7 +78,7 @@ def clean_query(text: str) -> str:
 def query_terms(text: str) -> list[str]:
     """Distinct non-stopword words of the query, accents folded, at most MAX_QUERY_TERMS."""
     terms: list[str] = []
-    for word in _WORD.findall(_fold(text)):
+    for word in _WORD.findall(fold(text)):
         if word in STOPWORDS or word in terms or (len(word) < 2 and not word.isdigit()):
             continue
         terms.append(word)
@@ -87,7 +87,7 @@ def query_terms(text: str) -> list[str]:
     return terms
 
 
-def _fold(text: str) -> str:
+def fold(text: str) -> str:
     decomposed = unicodedata.normalize("NFKD", text.lower())
     return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
 
@@ -122,7 +122,7 @@ def choose_terms(conn: Connection, terms: list[str]) -> list[str]:
 def _mentions(folded_query: str, entities: list[str]) -> bool:
     """Whether the query names one of a memory's tagged entities (`label:text`)."""
     for entity in entities:
-        name = _fold(entity.split(":", 1)[-1]).strip()
+        name = fold(entity.split(":", 1)[-1]).strip()
         if len(name) >= 2 and re.search(rf"\b{re.escape(name)}\b", folded_query):
             return True
     return False
@@ -195,10 +195,15 @@ def fuse(
     text_hits: list[tuple[int, float]],
     memories: dict[int, Memory],
     now: float | None = None,
+    text_key: str = "text_bm25",
 ) -> list[Recalled]:
-    """Reciprocal rank fusion, then confidence, recency and severity; best first."""
+    """Reciprocal rank fusion, then confidence, recency and severity; best first.
+
+    Text hits carry a lower-is-better score (SQLite's bm25); the breakdown shows it
+    negated under `text_key`, named after the engine's ranking function.
+    """
     now = now if now is not None else time.time()
-    folded_query = _fold(q.text)
+    folded_query = fold(q.text)
     parts: dict[int, dict[str, Any]] = {}
     # Ranks count only candidates that passed the guard (in scope, active).
     vector_hits = [hit for hit in vector_hits if hit[0] in memories]
@@ -208,7 +213,7 @@ def fuse(
         parts[rowid].update(vector_rank=rank, vector_similarity=round(similarity, 4))
     for rank, (rowid, bm25) in enumerate(text_hits, start=1):
         parts.setdefault(rowid, {})
-        parts[rowid].update(text_rank=rank, text_bm25=round(-bm25, 4))
+        parts[rowid].update({"text_rank": rank, text_key: round(-bm25, 4)})
     results = []
     for rowid, info in parts.items():
         memory = memories[rowid]

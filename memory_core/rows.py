@@ -18,16 +18,21 @@ MEMORY_COLUMNS = (
 EVENT_COLUMNS = "seq, event_id, memory_id, tenant, space, action, actor, reason, at, detail"
 
 
+def _json(value: Any, empty: str) -> Any:
+    """SQLite hands back JSON as text; Postgres jsonb arrives already decoded."""
+    return json.loads(value or empty) if value is None or isinstance(value, str) else value
+
+
 def memory_from_row(row: tuple[Any, ...]) -> Memory:
     values = list(row)
-    values[10] = json.loads(values[10] or "[]")
-    values[18] = json.loads(values[18] or "[]")
+    values[10] = _json(values[10], "[]")
+    values[18] = _json(values[18], "[]")
     return Memory(*values)
 
 
 def event_from_row(row: tuple[Any, ...]) -> Event:
     values = list(row)
-    values[9] = json.loads(values[9] or "{}")
+    values[9] = _json(values[9], "{}")
     return Event(*values)
 
 

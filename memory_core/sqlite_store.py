@@ -15,14 +15,13 @@ from memory_core import lifecycle, transfer
 from memory_core.embedder import Embedder
 from memory_core.errors import InvalidInput
 from memory_core.lint import Finding, lint
+from memory_core.listing import MAX_LIMIT, list_sql, page_of
 from memory_core.model import (
-    KINDS,
     STATUSES,
     Event,
     Memory,
     NewMemory,
     content_hash,
-    normalise_slot,
     validate_id,
 )
 from memory_core.recall import (
@@ -49,7 +48,6 @@ from memory_core.threads import ConnectionThreads, transaction
 from memory_core.vector_cache import VectorCache
 
 MAX_SPACES = 64
-MAX_LIMIT = 1000
 
 
 class SQLiteStore:
@@ -65,6 +63,7 @@ class SQLiteStore:
         self._writer: ConnectionThreads | None = None
         self._readers: ConnectionThreads | None = None
         self._embed_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memrelay-embed")
+        self.schema_version = 0
 
     @classmethod
     async def open(
@@ -79,7 +78,9 @@ class SQLiteStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = await asyncio.to_thread(connect, self.path)
         try:
-            await asyncio.to_thread(migrate, conn, self.embedder.name, self.embedder.dim)
+            self.schema_version = await asyncio.to_thread(
+                migrate, conn, self.embedder.name, self.embedder.dim
+            )
         finally:
             conn.close()
         self._writer = ConnectionThreads(self.path, 1, "memrelay-write")
@@ -214,45 +215,9 @@ class SQLiteStore:
         return found[1] if found else None
 
     async def list(self, query: ListQuery) -> Page:
-        validate_id(query.tenant, "tenant")
-        sql = f"SELECT rowid, {MEMORY_COLUMNS} FROM memories WHERE tenant = ?"
-        params: list[Any] = [query.tenant]
-        for column, values, allowed in (
-            ("space", query.spaces, None),
-            ("status", query.statuses, STATUSES),
-            ("kind", query.kinds, KINDS),
-        ):
-            if values:
-                for value in values:
-                    if allowed is not None and value not in allowed:
-                        raise InvalidInput(f"{column} must be one of {', '.join(allowed)}")
-                    if column == "space":
-                        validate_id(value, "space")
-                sql += f" AND {column} IN ({','.join('?' * len(values))})"
-                params += values
-        for column, value in (("subject", query.subject), ("attribute", query.attribute)):
-            if value:
-                sql += f" AND {column} = ?"
-                params.append(normalise_slot(value))
-        if query.created_after is not None:
-            sql += " AND created_at >= ?"
-            params.append(query.created_after)
-        if query.created_before is not None:
-            sql += " AND created_at < ?"
-            params.append(query.created_before)
-        if query.cursor:
-            try:
-                sql += " AND rowid < ?"
-                params.append(int(query.cursor))
-            except ValueError as exc:
-                raise InvalidInput(f"bad cursor {query.cursor!r}") from exc
-        limit = max(1, min(query.limit, MAX_LIMIT))
-        sql += " ORDER BY rowid DESC LIMIT ?"
-        params.append(limit + 1)
+        sql, params, limit = list_sql(query, "?", "rowid")
         rows = await self.run_read(lambda conn: conn.execute(sql, params).fetchall())
-        items = [memory_from_row(row[1:]) for row in rows[:limit]]
-        next_cursor = str(rows[limit - 1][0]) if len(rows) > limit else None
-        return Page(items, next_cursor)
+        return Page(*page_of(rows, limit))
 
     async def find_slot(
         self, tenant: str, space: str, subject: str, attribute: str

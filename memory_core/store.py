@@ -38,6 +38,9 @@ class ImportResult:
 
 
 class MemoryStore(Protocol):
+    async def start(self) -> None:
+        """Open (creating or migrating the schema)."""
+
     async def add(
         self, tenant: str, space: str, new: NewMemory, actor: str = "system"
     ) -> Memory: ...
@@ -91,5 +94,7 @@ class MemoryStore(Protocol):
     def export(self, tenant: str) -> AsyncIterator[str]: ...
 
     async def import_lines(self, tenant: str, lines: Iterable[str]) -> ImportResult: ...
+
+    async def lint(self) -> list[Any]: ...
 
     async def close(self) -> None: ...

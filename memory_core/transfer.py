@@ -9,7 +9,7 @@ import numpy as np
 
 from memory_core import lifecycle
 from memory_core.errors import InvalidInput
-from memory_core.model import STATUSES, NewMemory, validate_id
+from memory_core.model import STATUSES, Event, Memory, NewMemory, validate_id
 from memory_core.rows import (
     EVENT_COLUMNS,
     MEMORY_COLUMNS,
@@ -38,14 +38,18 @@ def export_batch(
             f"SELECT {EVENT_COLUMNS} FROM events WHERE tenant = ? AND memory_id = ? ORDER BY seq",
             (tenant, memory.id),
         ).fetchall()
-        record = {"format": FORMAT, **memory.as_dict()}
-        record.pop("severity")
-        record["events"] = [
-            {k: v for k, v in event_from_row(e).as_dict().items() if k not in ("seq", "tenant")}
-            for e in events
-        ]
-        lines.append(json.dumps(record, ensure_ascii=False, sort_keys=True))
+        lines.append(export_line(memory, [event_from_row(e) for e in events]))
     return lines, (rows[-1][0] if rows else after_rowid)
+
+
+def export_line(memory: Memory, events: list[Event]) -> str:
+    """One JSONL record: the memory and its history (ledger fields local to a database dropped)."""
+    record = {"format": FORMAT, **memory.as_dict()}
+    record.pop("severity")
+    record["events"] = [
+        {k: v for k, v in event.as_dict().items() if k not in ("seq", "tenant")} for event in events
+    ]
+    return json.dumps(record, ensure_ascii=False, sort_keys=True)
 
 
 def parse_line(line: str, number: int, result: ImportResult) -> dict[str, Any] | None:
@@ -96,8 +100,8 @@ def import_records(
         conn.execute("RELEASE import_one")
 
 
-def _insert(conn: Connection, tenant: str, record: dict[str, Any], vector: Any) -> None:
-    status = record["status"]
+def imported_fields(record: dict[str, Any]) -> tuple[str, NewMemory, dict[str, Any]]:
+    """The space, the memory and the keyword arguments of `insert_memory` for one record."""
     content = record.get("content") or ""
     new = NewMemory(
         content=content or "(forgotten)",
@@ -110,24 +114,25 @@ def _insert(conn: Connection, tenant: str, record: dict[str, Any], vector: Any) 
         expires_at=record.get("expires_at"),
         entities=list(record.get("entities") or []),
     ).validated()
-    memory = lifecycle.insert_memory(
-        conn,
-        tenant,
-        validate_id(record.get("space", "default"), "space"),
-        new,
-        vector,
-        "import",
-        memory_id=record["id"],
-        status=status,
-        created_at=record.get("created_at"),
-        updated_at=record.get("updated_at"),
-        extra={
+    space = validate_id(record.get("space", "default"), "space")
+    options = {
+        "memory_id": record["id"],
+        "status": record["status"],
+        "created_at": record.get("created_at"),
+        "updated_at": record.get("updated_at"),
+        "extra": {
             "superseded_by": record.get("superseded_by"),
             "status_reason": record.get("status_reason"),
         },
-        provenance=list(record.get("provenance") or []),
-        record_event=False,
-    )
+        "provenance": list(record.get("provenance") or []),
+        "record_event": False,
+    }
+    return space, new, options
+
+
+def _insert(conn: Connection, tenant: str, record: dict[str, Any], vector: Any) -> None:
+    space, new, options = imported_fields(record)
+    memory = lifecycle.insert_memory(conn, tenant, space, new, vector, "import", **options)
     events = record.get("events") or []
     for event in events:
         append_event(

@@ -16,27 +16,39 @@ from rich.progress import Progress
 
 from extraction.facts import Fact
 from extraction.reconcile import Reconciler
+from memory_core.backends import (
+    connection_errors,
+    describe,
+    is_postgres_url,
+    jobs_for,
+    make_store,
+)
 from memory_core.embedder import FastEmbedEmbedder
 from memory_core.errors import MemoryError_
 from memory_core.model import KINDS
 from memory_core.recall import RecallQuery
-from memory_core.sqlite_jobs import SQLiteJobs
-from memory_core.sqlite_store import SQLiteStore
-from memory_core.store import ListQuery
+from memory_core.store import ListQuery, MemoryStore
 from proxy.cli_output import MEMORY_COLUMNS, emit_json, errors, memory_rows, table, when
 
 T = TypeVar("T")
-Db = Annotated[Path, typer.Option(envvar="MEMRELAY_DB", help="The memory database.")]
+Db = Annotated[
+    str,
+    typer.Option(
+        envvar="MEMRELAY_DB", help="The memory database: a SQLite file or a postgresql:// URL."
+    ),
+]
 Tenant = Annotated[str, typer.Option(envvar="MEMRELAY_DEFAULT_TENANT", help="Tenant id.")]
 Space = Annotated[str, typer.Option(help="Space id.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
-def with_store(db: Path, work: Callable[[SQLiteStore], Awaitable[T]]) -> T:
+def with_store(db: str, work: Callable[[MemoryStore], Awaitable[T]]) -> T:
     """Open the store, run `work`, close; library errors become readable CLI errors."""
 
     async def main() -> T:
-        store = await SQLiteStore.open(db, FastEmbedEmbedder(), readers=2)
+        options = {} if is_postgres_url(db) else {"readers": 2}
+        store = make_store(db, FastEmbedEmbedder(), **options)
+        await store.start()
         try:
             return await work(store)
         finally:
@@ -47,13 +59,16 @@ def with_store(db: Path, work: Callable[[SQLiteStore], Awaitable[T]]) -> T:
     except MemoryError_ as exc:
         errors.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
+    except connection_errors() as exc:
+        errors.print(f"[red]error:[/red] cannot open {describe(db)}: {exc}")
+        raise typer.Exit(2) from exc
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
     def remember(
         content: str,
-        db: Db = Path("memrelay.db"),
+        db: Db = "memrelay.db",
         tenant: Tenant = "default",
         space: Space = "default",
         kind: str = "fact",
@@ -67,7 +82,7 @@ def register(app: typer.Typer) -> None:
         if kind not in KINDS:
             raise typer.BadParameter(f"kind must be one of {', '.join(KINDS)}")
 
-        async def work(store: SQLiteStore) -> dict[str, Any]:
+        async def work(store: MemoryStore) -> dict[str, Any]:
             fact = Fact(content, kind, subject, attribute, value, confidence, stated_by="admin")
             outcome = await Reconciler(store, None, actor="cli").apply(
                 tenant, space, fact, {"via": "cli", "time": time.time()}
@@ -85,7 +100,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def recall(
         query: str,
-        db: Db = Path("memrelay.db"),
+        db: Db = "memrelay.db",
         tenant: Tenant = "default",
         spaces: Annotated[str, typer.Option(help="Comma-separated read spaces.")] = "default",
         top_k: int = 10,
@@ -115,7 +130,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def forget(
         memory_id: str,
-        db: Db = Path("memrelay.db"),
+        db: Db = "memrelay.db",
         tenant: Tenant = "default",
         reason: str = "forgotten from the CLI",
         as_json: AsJson = False,
@@ -126,7 +141,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("list")
     def list_(
-        db: Db = Path("memrelay.db"),
+        db: Db = "memrelay.db",
         tenant: Tenant = "default",
         space: Annotated[list[str] | None, typer.Option(help="Space (repeatable).")] = None,
         status: Annotated[list[str] | None, typer.Option(help="Status (repeatable).")] = None,
@@ -150,11 +165,11 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def inspect(
-        db: Db = Path("memrelay.db"), tenant: Tenant = "default", as_json: AsJson = False
+        db: Db = "memrelay.db", tenant: Tenant = "default", as_json: AsJson = False
     ) -> None:
         """The tenant's ledger: every memory, its status, what superseded what, and why."""
 
-        async def work(store: SQLiteStore) -> list[dict[str, Any]]:
+        async def work(store: MemoryStore) -> list[dict[str, Any]]:
             out: list[dict[str, Any]] = []
             cursor = None
             while True:
@@ -187,7 +202,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def history(
         memory_id: str,
-        db: Db = Path("memrelay.db"),
+        db: Db = "memrelay.db",
         tenant: Tenant = "default",
         as_json: AsJson = False,
     ) -> None:
@@ -200,7 +215,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def events(
-        db: Db = Path("memrelay.db"),
+        db: Db = "memrelay.db",
         tenant: Tenant = "default",
         since: int = 0,
         limit: int = 100,
@@ -225,9 +240,7 @@ def register(app: typer.Typer) -> None:
         )
 
     @app.command()
-    def stats(
-        db: Db = Path("memrelay.db"), tenant: Tenant = "default", as_json: AsJson = False
-    ) -> None:
+    def stats(db: Db = "memrelay.db", tenant: Tenant = "default", as_json: AsJson = False) -> None:
         """Counts by status, kind and space."""
         data = with_store(db, lambda s: s.stats(tenant))
         if as_json:
@@ -244,13 +257,13 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def export(
         output: Annotated[Path, typer.Argument(help="JSONL file to write ('-' for stdout).")],
-        db: Db = Path("memrelay.db"),
+        db: Db = "memrelay.db",
         tenant: Tenant = "default",
         as_json: AsJson = False,
     ) -> None:
         """Export a tenant as JSONL (streamed; progress shown on large tenants)."""
 
-        async def work(store: SQLiteStore) -> int:
+        async def work(store: MemoryStore) -> int:
             total = (await store.stats(tenant))["total"]
             count = 0
             to_stdout = str(output) == "-"
@@ -279,7 +292,7 @@ def register(app: typer.Typer) -> None:
     @app.command("import")
     def import_(
         source: Annotated[Path, typer.Argument(help="JSONL file from export.")],
-        db: Db = Path("memrelay.db"),
+        db: Db = "memrelay.db",
         tenant: Tenant = "default",
         as_json: AsJson = False,
     ) -> None:
@@ -288,7 +301,7 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"no such file: {source}")
         lines = source.read_text(encoding="utf-8").splitlines()
 
-        async def work(store: SQLiteStore) -> dict[str, Any]:
+        async def work(store: MemoryStore) -> dict[str, Any]:
             totals: dict[str, Any] = {"imported": 0, "skipped": 0, "errors": []}
             with Progress(disable=as_json or len(lines) < 1000, transient=True) as bar:
                 task = bar.add_task("importing", total=len(lines))
@@ -313,7 +326,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def jobs(
-        db: Db = Path("memrelay.db"),
+        db: Db = "memrelay.db",
         tenant: Tenant = "default",
         status: Annotated[
             list[str] | None, typer.Option(help="pending, leased, done, dead.")
@@ -324,8 +337,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Extraction jobs: pending, dead-lettered; retry one."""
 
-        async def work(store: SQLiteStore) -> Any:
-            queue = SQLiteJobs(store)
+        async def work(store: MemoryStore) -> Any:
+            queue = jobs_for(store)
             if retry:
                 return (await queue.retry(tenant, retry)).as_dict()
             return {
@@ -357,7 +370,25 @@ def register(app: typer.Typer) -> None:
             print(", ".join(f"{k} {v}" for k, v in result["counts"].items()))
 
     @app.command()
-    def lint(db: Db = Path("memrelay.db"), as_json: AsJson = False) -> None:
+    def migrate(db: Db = "memrelay.db", as_json: AsJson = False) -> None:
+        """Create or upgrade the schema (SQLite file or Postgres database); print its version.
+
+        `memrelay serve` does the same at start; run this first when several replicas
+        share one Postgres database, or to check a database before deploying.
+        """
+
+        async def work(store: MemoryStore) -> int:
+            return int(getattr(store, "schema_version", 0))
+
+        version = with_store(db, work)
+        result = {"database": describe(db), "schema_version": version}
+        if as_json:
+            emit_json(result)
+        else:
+            print(f"{result['database']}: schema version {version}")
+
+    @app.command()
+    def lint(db: Db = "memrelay.db", as_json: AsJson = False) -> None:
         """Check integrity; exits 1 when anything is out of step."""
         findings = with_store(db, lambda s: s.lint())
         if as_json:

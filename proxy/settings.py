@@ -27,7 +27,11 @@ class Settings(BaseSettings):
     local_threads: int | None = Field(default=None, ge=1, le=256)
     host: str = "127.0.0.1"
     port: int = Field(default=8421, ge=0, le=65535)
-    db: Path = Field(default=Path("memrelay.db"), description="The SQLite memory database.")
+    db: str | Path = Field(
+        default="memrelay.db",
+        description="Where memories live: a SQLite file, or a postgresql:// URL shared by"
+        " several replicas.",
+    )
 
     connect_timeout: float = Field(default=10.0, gt=0, description="Seconds to connect upstream.")
     first_byte_timeout: float = Field(

@@ -10,9 +10,9 @@ from extraction.entities import GLiNER2Entities
 from extraction.llm import OpenAICompatibleLLM
 from extraction.reconcile import Reconciler
 from extraction.worker import ExtractionWorkers
+from memory_core.backends import jobs_for, make_store
 from memory_core.embedder import FastEmbedEmbedder
-from memory_core.sqlite_jobs import SQLiteJobs
-from memory_core.sqlite_store import SQLiteStore
+from memory_core.store import MemoryStore
 from proxy.admin_api import AdminAPI
 from proxy.app import Resource, create_app
 from proxy.asgi import ASGIApp
@@ -38,9 +38,9 @@ class LLMResource:
         await self.llm.aclose()
 
 
-def build_app(settings: Settings, store: SQLiteStore | None = None) -> ASGIApp:
-    """The app `memrelay serve` runs: proxy, embedded SQLite memory, extraction workers,
-    admin API, metrics."""
+def build_app(settings: Settings, store: MemoryStore | None = None) -> ASGIApp:
+    """The app `memrelay serve` runs: proxy, memory (SQLite file or shared Postgres),
+    extraction workers, admin API, metrics."""
     local: LocalLlamaServer | None = None
     if not settings.upstream_url:
         local = LocalLlamaServer(
@@ -51,8 +51,8 @@ def build_app(settings: Settings, store: SQLiteStore | None = None) -> ASGIApp:
         )
         settings = settings.model_copy(update={"upstream_url": local.url})
     if store is None:
-        store = SQLiteStore(settings.db, FastEmbedEmbedder(settings.embedding_model_dir))
-    jobs = SQLiteJobs(store)
+        store = make_store(settings.db, FastEmbedEmbedder(settings.embedding_model_dir))
+    jobs = jobs_for(store)
     metrics = Metrics()
     llm = OpenAICompatibleLLM(
         settings.extraction_url or settings.upstream_url or "",

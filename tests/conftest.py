@@ -65,24 +65,73 @@ def embedder() -> Any:
     return model
 
 
-@pytest.fixture(params=[True, False], ids=["vector-cache", "vec0-knn"])
-def store(request: Any, tmp_path: Any, embedder: Any) -> Iterator[Any]:
-    """A real SQLite store in a temporary folder, driven from a private event loop.
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Any]:
+    """One real PostgreSQL 18 + pgvector server per test session (started on first use)."""
+    from tests.postgres import EmbeddedPostgres
 
-    Every store test runs twice: KNN from the in-memory vector cache, and from vec0.
-    """
+    server = EmbeddedPostgres()
+    yield server
+    server.stop()
+
+
+BACKENDS = ["vector-cache", "vec0-knn", "postgres"]
+
+
+def open_backend(kind: str, location: Any, embedder: Any, loop: Any) -> Any:
+    """Open a store of `kind` ('postgres' or a SQLite flavour) at `location`."""
+    from memory_core import SQLiteStore
+    from memory_core.pg_store import PostgresStore
+
+    if kind == "postgres":
+        opened = loop.run_until_complete(PostgresStore.open(location, embedder))
+    else:
+        opened = loop.run_until_complete(
+            SQLiteStore.open(location, embedder, vector_cache=kind == "vector-cache")
+        )
+    opened.loop = loop  # tests call `run(store.op(...))` through this loop
+    opened.backend = kind
+    opened.location = location
+    return opened
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request: Any, tmp_path: Any, embedder: Any) -> Iterator[Any]:
+    """A real store driven from a private event loop, once per backend: SQLite with KNN
+    from the in-memory vector cache, SQLite with vec0 KNN, and Postgres + pgvector."""
     import asyncio
 
-    from memory_core import SQLiteStore
-
     loop = asyncio.new_event_loop()
-    opened = loop.run_until_complete(
-        SQLiteStore.open(tmp_path / "memory.db", embedder, vector_cache=request.param)
-    )
-    opened.loop = loop  # tests call `run(store.op(...))` through this loop
+    if request.param == "postgres":
+        location = request.getfixturevalue("pg_server").new_database()
+    else:
+        location = tmp_path / "memory.db"
+    opened = open_backend(request.param, location, embedder, loop)
     yield opened
     loop.run_until_complete(opened.close())
     loop.close()
+
+
+@pytest.fixture
+def other_store(request: Any, store: Any, tmp_path: Any, embedder: Any) -> Iterator[Any]:
+    """Opens another store of the same backend: on the same database (`same=True`, as a
+    second replica or the CLI would) or on a new empty one."""
+    opened: list[Any] = []
+
+    def open_other(same: bool, model: Any = None) -> Any:
+        if same:
+            location = store.location
+        elif store.backend == "postgres":
+            location = request.getfixturevalue("pg_server").new_database()
+        else:
+            location = tmp_path / f"other{len(opened)}.db"
+        other = open_backend(store.backend, location, model or embedder, store.loop)
+        opened.append(other)
+        return other
+
+    yield open_other
+    for other in opened:
+        store.loop.run_until_complete(other.close())
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from extraction.entities import EntityModelUnavailable, GLiNER2Entities
 from extraction.reconcile import Reconciler
 from extraction.worker import ExtractionWorkers
 from memory_core import ListQuery, NewMemory, RecallQuery
-from memory_core.sqlite_jobs import SQLiteJobs
+from memory_core.backends import jobs_for
 
 
 @pytest.fixture(scope="session")
@@ -78,7 +78,7 @@ class OneFactLLM:
 
 
 def test_workers_tag_facts_with_entities(store, run, tiny_gliner):
-    jobs = SQLiteJobs(store)
+    jobs = jobs_for(store)
     tagger = GLiNER2Entities(str(tiny_gliner), ["person"], threshold=0.0)
     llm = OneFactLLM()
     workers = ExtractionWorkers(

@@ -7,12 +7,12 @@ import time
 import pytest
 
 from memory_core import InvalidInput, NotFound
-from memory_core.sqlite_jobs import SQLiteJobs
+from memory_core.backends import jobs_for
 
 
 @pytest.fixture
 def jobs(store):
-    return SQLiteJobs(store)
+    return jobs_for(store)
 
 
 def test_enqueue_is_idempotent_by_id(jobs, run):
@@ -88,3 +88,43 @@ def test_listing_is_scoped_by_tenant(jobs, run):
     assert run(jobs.get_job("acme", "b")) is None
     with pytest.raises(InvalidInput):
         run(jobs.list_jobs("acme", ["weird"]))
+
+
+def test_two_stores_sharing_one_queue_keep_scope_order_and_exclusivity(store, run, other_store):
+    """As two replicas would: claimers on two stores of one database never hold two jobs
+    of a scope at once, and finish each scope's jobs in the order they were enqueued."""
+    import asyncio
+
+    queues = [jobs_for(store), jobs_for(other_store(same=True))]
+    scopes = ["s0", "s1", "s2"]
+    for n in range(30):
+        run(queues[0].enqueue("acme", scopes[n % 3], {"n": n}, job_id=f"job{n:02d}"))
+    in_flight: set[str] = set()
+    overlaps: list[str] = []
+    finished: dict[str, list[int]] = {space: [] for space in scopes}
+
+    async def claimer(name: str, queue) -> None:
+        idle = 0
+        while idle < 20:
+            job = await queue.claim(name, 30)
+            if job is None:
+                idle += 1
+                await asyncio.sleep(0.01)
+                continue
+            idle = 0
+            if job.space in in_flight:
+                overlaps.append(job.id)
+            in_flight.add(job.space)
+            await asyncio.sleep(0.002)
+            finished[job.space].append(job.payload["n"])
+            in_flight.discard(job.space)
+            await queue.complete(job.id, name, {})
+
+    async def main() -> None:
+        await asyncio.gather(*(claimer(f"w{i}", queues[i % 2]) for i in range(6)))
+
+    run(main())
+    assert overlaps == []
+    for space, numbers in finished.items():
+        assert numbers == sorted(numbers) and len(numbers) == 10, space
+    assert run(queues[1].job_counts("acme"))["done"] == 30

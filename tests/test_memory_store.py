@@ -13,7 +13,6 @@ from memory_core import (
     NewMemory,
     NotFound,
     RecallQuery,
-    SQLiteStore,
 )
 from memory_core.errors import SchemaMismatch
 
@@ -184,7 +183,7 @@ def test_stats(store, run):
     assert stats["by_space"] == {"s1": 1, "s2": 1}
 
 
-def test_export_import_round_trip_is_idempotent(store, run, tmp_path, embedder):
+def test_export_import_round_trip_is_idempotent(store, run, other_store):
     a = run(store.add("acme", "default", NewMemory("Prefers formal emails", kind="preference")))
     run(store.supersede("acme", a.id, NewMemory("Prefers casual emails", kind="preference"), "fix"))
     b = run(store.add("acme", "work", NewMemory("Never deploy on Fridays", kind="constraint")))
@@ -196,32 +195,32 @@ def test_export_import_round_trip_is_idempotent(store, run, tmp_path, embedder):
 
     lines = run(export())
     assert len(lines) == 4
-    other = run(SQLiteStore.open(tmp_path / "copy.db", embedder))
-    try:
-        result = run(other.import_lines("acme", lines))
-        assert (result.imported, result.skipped, result.errors) == (4, 0, [])
-        again = run(other.import_lines("acme", lines))
-        assert (again.imported, again.skipped) == (0, 4)
-        assert run(other.stats("acme"))["by_status"] == run(store.stats("acme"))["by_status"]
-        original = [e.action for e in run(store.history("acme", a.id))]
-        copied = [e.action for e in run(other.history("acme", a.id))]
-        assert copied == [*original, "imported"]
-        hits = run(other.recall(RecallQuery("acme", ["work"], "deploy on Friday")))
-        assert [h.memory.id for h in hits] == [b.id]
-        assert run(other.get("acme", c.id)).content is None
-        bad = run(other.import_lines("acme", ["{oops", '{"format": "x"}', ""]))
-        assert len(bad.errors) == 2 and bad.imported == 0
-    finally:
-        run(other.close())
+    other = other_store(same=False)
+    result = run(other.import_lines("acme", lines))
+    assert (result.imported, result.skipped, result.errors) == (4, 0, [])
+    again = run(other.import_lines("acme", lines))
+    assert (again.imported, again.skipped) == (0, 4)
+    assert run(other.stats("acme"))["by_status"] == run(store.stats("acme"))["by_status"]
+    original = [e.action for e in run(store.history("acme", a.id))]
+    copied = [e.action for e in run(other.history("acme", a.id))]
+    assert copied == [*original, "imported"]
+    hits = run(other.recall(RecallQuery("acme", ["work"], "deploy on Friday")))
+    assert [h.memory.id for h in hits] == [b.id]
+    assert run(other.get("acme", c.id)).content is None
+    bad = run(other.import_lines("acme", ["{oops", '{"format": "x"}', ""]))
+    assert len(bad.errors) == 2 and bad.imported == 0
+    taken = run(other.import_lines("intruder", lines[:1]))
+    assert taken.imported == 0 and "another tenant" in taken.errors[0]
 
 
-def test_schema_is_versioned_and_bound_to_embedder(store, run, tmp_path):
+def test_schema_is_versioned_and_bound_to_embedder(store, other_store):
     class OtherEmbedder:
         name = "other-model"
         dim = 8
 
+    assert store.schema_version >= 1
     with pytest.raises(SchemaMismatch, match="all-MiniLM"):
-        run(SQLiteStore.open(store.path, OtherEmbedder()))  # type: ignore[arg-type]
+        other_store(same=True, model=OtherEmbedder())
 
 
 def test_bad_ids_are_rejected(store, run):
@@ -270,17 +269,15 @@ def test_recall_breakdown_explains_score(store, run):
     assert [r.score for r in results] == sorted((r.score for r in results), reverse=True)
 
 
-def test_vector_cache_follows_writes_from_another_connection(store, run, embedder):
-    """A second store on the same file (as the CLI would be) changes what recall sees."""
+def test_writes_through_another_store_are_recalled(store, run, other_store):
+    """A second store on the same database (the CLI, or another replica) changes what
+    recall sees: the SQLite vector cache follows the event feed; Postgres shares its rows."""
     first = run(store.add("acme", "default", NewMemory("The user's cat is called Miso")))
     assert [
         r.memory.id for r in run(store.recall(RecallQuery("acme", ["default"], "cat name")))
     ] == [first.id]
-    other = run(SQLiteStore.open(store.path, embedder))
-    try:
-        second = run(other.add("acme", "default", NewMemory("The user's dog is called Pepper")))
-        run(other.forget("acme", first.id, "asked"))
-    finally:
-        run(other.close())
+    other = other_store(same=True)
+    second = run(other.add("acme", "default", NewMemory("The user's dog is called Pepper")))
+    run(other.forget("acme", first.id, "asked"))
     results = run(store.recall(RecallQuery("acme", ["default"], "pet names", use_text=False)))
     assert [r.memory.id for r in results] == [second.id]

@@ -1,0 +1,206 @@
+"""The extraction queue in Postgres, shared by every replica.
+
+Same contract as the SQLite queue (`memory_core.jobs`): leases that run out, strict
+order within a tenant and space, backoff, dead letters, payloads cleared when done.
+Across replicas, a claim first takes a transaction-scoped advisory lock on the job's
+tenant and space, then re-checks (fresh snapshot) that the job is still the head of
+its scope with nothing leased, and locks the row with FOR UPDATE SKIP LOCKED. Two
+replicas can therefore never hold two jobs of one scope, nor take one out of order.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from memory_core.errors import InvalidInput, NotFound
+from memory_core.jobs import (
+    JOB_COLUMNS,
+    JOB_STATUSES,
+    Job,
+    job_counts_sql,
+    job_from_row,
+    list_jobs_sql,
+)
+from memory_core.model import validate_id
+from memory_core.pg_store import PostgresStore
+
+SCOPE_LOCK_CLASS = 7_310_002  # first key of the per tenant-and-space advisory locks
+HEAD_OF_SCOPE = (
+    "j.status = 'pending' AND j.available_at <= %(now)s"
+    " AND NOT EXISTS (SELECT 1 FROM jobs k WHERE k.tenant = j.tenant AND k.space = j.space"
+    "   AND (k.status = 'leased' OR (k.status = 'pending' AND k.seq < j.seq)))"
+)
+CANDIDATES = 16
+
+
+class PostgresJobs:
+    """`JobQueue` over the Postgres store's connection pool."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self.store = store
+
+    async def enqueue(
+        self,
+        tenant: str,
+        space: str,
+        payload: dict[str, Any],
+        job_id: str | None = None,
+        max_attempts: int = 5,
+    ) -> Job:
+        """Add a job; enqueuing the same id twice keeps the first (idempotent)."""
+        validate_id(tenant, "tenant")
+        validate_id(space, "space")
+        now = time.time()
+        job_id = job_id or f"job_{uuid.uuid4().hex}"
+        async with self.store.connection() as conn:
+            await conn.execute(
+                "INSERT INTO jobs (id, tenant, space, status, payload, max_attempts,"
+                " available_at, created_at, updated_at)"
+                " VALUES (%s, %s, %s, 'pending', %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
+                (job_id, tenant, space, Jsonb(payload), max_attempts, now, now, now),
+            )
+        return await self._get(job_id)
+
+    async def claim(self, owner: str, lease_seconds: float) -> Job | None:
+        now = time.time()
+        async with self.store.connection() as conn:
+            await conn.execute(
+                "UPDATE jobs SET status = 'pending', lease_owner = NULL, lease_until = NULL,"
+                " updated_at = %s WHERE status = 'leased' AND lease_until <= %s",
+                (now, now),
+            )
+            await conn.commit()
+            cursor = await conn.execute(
+                f"SELECT j.id, j.tenant, j.space FROM jobs j WHERE {HEAD_OF_SCOPE}"
+                " ORDER BY j.seq LIMIT %(limit)s",
+                {"now": now, "limit": CANDIDATES},
+            )
+            heads = await cursor.fetchall()
+            await conn.commit()
+            for job_id, tenant, space in heads:
+                async with conn.transaction():
+                    cursor = await conn.execute(
+                        "SELECT pg_try_advisory_xact_lock(%s, hashtext(%s))",
+                        (SCOPE_LOCK_CLASS, f"{tenant}\x1f{space}"),
+                    )
+                    if not (await cursor.fetchone())[0]:
+                        continue  # another replica is claiming in this scope right now
+                    cursor = await conn.execute(
+                        f"SELECT j.id FROM jobs j WHERE j.id = %(id)s AND {HEAD_OF_SCOPE}"
+                        " FOR UPDATE SKIP LOCKED",
+                        {"id": job_id, "now": now},
+                    )
+                    if await cursor.fetchone() is None:
+                        continue
+                    cursor = await conn.execute(
+                        "UPDATE jobs SET status = 'leased', lease_owner = %s, lease_until = %s,"
+                        f" attempts = attempts + 1, updated_at = %s WHERE id = %s"
+                        f" RETURNING {JOB_COLUMNS}",
+                        (owner, now + lease_seconds, now, job_id),
+                    )
+                    return job_from_row(await cursor.fetchone())
+        return None
+
+    async def complete(self, job_id: str, owner: str, result: dict[str, Any]) -> None:
+        await self._update_owned(
+            job_id,
+            owner,
+            "status = 'done', payload = NULL, result = %s, lease_owner = NULL,"
+            " lease_until = NULL, last_error = NULL, updated_at = %s",
+            (Jsonb(result), time.time()),
+        )
+
+    async def fail(self, job_id: str, owner: str, error: str, retry_in: float) -> Job:
+        """Back to pending after `retry_in` seconds, or dead once attempts are used up."""
+        now = time.time()
+        return await self._update_owned(
+            job_id,
+            owner,
+            "status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,"
+            " available_at = %s, last_error = %s, lease_owner = NULL, lease_until = NULL,"
+            " updated_at = %s",
+            (now + retry_in, error[:2000], now),
+        )
+
+    async def release(self, job_id: str, owner: str) -> None:
+        """Give a leased job back untouched (shutdown); its attempt is not counted."""
+        await self._update_owned(
+            job_id,
+            owner,
+            "status = 'pending', attempts = greatest(0, attempts - 1), lease_owner = NULL,"
+            " lease_until = NULL, updated_at = %s",
+            (time.time(),),
+        )
+
+    async def release_all(self, owner: str | None = None) -> int:
+        sql = (
+            "UPDATE jobs SET status = 'pending', attempts = greatest(0, attempts - 1),"
+            " lease_owner = NULL, lease_until = NULL, updated_at = %s WHERE status = 'leased'"
+        )
+        params: list[Any] = [time.time()]
+        if owner is not None:
+            sql += " AND lease_owner = %s"
+            params.append(owner)
+        async with self.store.connection() as conn:
+            return (await conn.execute(sql, params)).rowcount
+
+    async def retry(self, tenant: str, job_id: str) -> Job:
+        validate_id(tenant, "tenant")
+        async with self.store.connection() as conn:
+            cursor = await conn.execute(
+                "SELECT status FROM jobs WHERE id = %s AND tenant = %s FOR UPDATE",
+                (job_id, tenant),
+            )
+            row = await cursor.fetchone()
+            if row is None:
+                raise NotFound(f"no job {job_id!r} in tenant {tenant!r}")
+            if row[0] != "dead":
+                raise InvalidInput(f"only dead-lettered jobs can be retried (this one is {row[0]})")
+            now = time.time()
+            await conn.execute(
+                "UPDATE jobs SET status = 'pending', attempts = 0, available_at = %s,"
+                " updated_at = %s WHERE id = %s",
+                (now, now, job_id),
+            )
+        return await self._get(job_id)
+
+    async def get_job(self, tenant: str, job_id: str) -> Job | None:
+        rows = await self.store.fetch(
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = %s AND tenant = %s", (job_id, tenant)
+        )
+        return job_from_row(rows[0]) if rows else None
+
+    async def list_jobs(
+        self, tenant: str | None, statuses: list[str] | None = None, limit: int = 100
+    ) -> list[Job]:
+        sql, params = list_jobs_sql(tenant, statuses, limit, "%s")
+        return [job_from_row(row) for row in await self.store.fetch(sql, params)]
+
+    async def job_counts(self, tenant: str | None = None) -> dict[str, int]:
+        counts = dict.fromkeys(JOB_STATUSES, 0)
+        counts.update(dict(await self.store.fetch(*job_counts_sql(tenant, "%s"))))
+        return counts
+
+    async def _get(self, job_id: str) -> Job:
+        rows = await self.store.fetch(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = %s", (job_id,))
+        if not rows:
+            raise NotFound(f"no job {job_id!r}")
+        return job_from_row(rows[0])
+
+    async def _update_owned(
+        self, job_id: str, owner: str, assignments: str, params: tuple[Any, ...]
+    ) -> Job:
+        async with self.store.connection() as conn:
+            cursor = await conn.execute(
+                f"UPDATE jobs SET {assignments} WHERE id = %s AND status = 'leased'"
+                f" AND lease_owner = %s RETURNING {JOB_COLUMNS}",
+                (*params, job_id, owner),
+            )
+            row = await cursor.fetchone()
+        if row is None:
+            raise InvalidInput(f"job {job_id} is not leased by {owner} (lease lost)")
+        return job_from_row(row)

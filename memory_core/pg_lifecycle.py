@@ -1,0 +1,212 @@
+"""State changes of memories in Postgres, each run inside the caller's transaction.
+
+The same rules as `lifecycle` (shared: `build_memory`, `reinforced`, transitions); rows
+being changed are locked (`FOR UPDATE`) so replicas changing one memory at once
+serialise instead of losing an update. Leaving `active` clears the embedding and the
+text-search vector in the same UPDATE, so recall's indexes cannot reach the row.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+import numpy as np
+from psycopg import AsyncConnection
+from psycopg.errors import UniqueViolation
+from psycopg.types.json import Jsonb
+
+from memory_core.errors import InvalidInput, NotFound
+from memory_core.lifecycle import build_memory, reinforced
+from memory_core.model import Memory, NewMemory, check_transition
+from memory_core.recall import fold
+from memory_core.rows import MEMORY_COLUMNS, memory_from_row
+
+TEXT_CONFIG = "english"
+
+
+async def insert_memory(
+    conn: AsyncConnection,
+    tenant: str,
+    space: str,
+    new: NewMemory,
+    vector: np.ndarray | None,
+    actor: str,
+    *,
+    record_event: bool = True,
+    **options: Any,
+) -> Memory:
+    """Insert one memory; an active one gets its embedding and text-search vector."""
+    memory = build_memory(tenant, space, new, **options)
+    active = memory.status == "active"
+    if active and vector is None:
+        raise InvalidInput("an active memory needs an embedding")
+    try:
+        async with conn.transaction():  # a savepoint: a duplicate id leaves the rest intact
+            await conn.execute(
+                "INSERT INTO memories (id, tenant, space, kind, content, subject, attribute,"
+                " value, confidence, source, provenance, status, superseded_by, status_reason,"
+                " created_at, updated_at, expires_at, content_hash, entities, embedding, tsv)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
+                f" %s, %s, %s, CASE WHEN %s THEN to_tsvector('{TEXT_CONFIG}', %s) END)",
+                (
+                    memory.id,
+                    tenant,
+                    space,
+                    memory.kind,
+                    memory.content,
+                    memory.subject,
+                    memory.attribute,
+                    memory.value,
+                    memory.confidence,
+                    memory.source,
+                    Jsonb(memory.provenance),
+                    memory.status,
+                    memory.superseded_by,
+                    memory.status_reason,
+                    memory.created_at,
+                    memory.updated_at,
+                    memory.expires_at,
+                    memory.content_hash,
+                    Jsonb(memory.entities),
+                    np.asarray(vector, np.float32) if active else None,
+                    active,
+                    fold(memory.content or "") if active else None,
+                ),
+            )
+    except UniqueViolation as exc:
+        raise InvalidInput(f"a memory with id {memory.id} already exists") from exc
+    if record_event:
+        await append_event(
+            conn, memory, "added", actor, detail={"kind": memory.kind, "source": memory.source}
+        )
+    return memory
+
+
+async def append_event(
+    conn: AsyncConnection,
+    memory: Memory,
+    action: str,
+    actor: str,
+    reason: str | None = None,
+    detail: dict[str, Any] | None = None,
+    at: float | None = None,
+    event_id: str | None = None,
+) -> None:
+    """Record a state change; called inside the transaction that makes the change."""
+    await conn.execute(
+        "INSERT INTO events (event_id, memory_id, tenant, space, action, actor, reason, at,"
+        " detail) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (event_id) DO NOTHING",
+        (
+            event_id or uuid.uuid4().hex,
+            memory.id,
+            memory.tenant,
+            memory.space,
+            action,
+            actor,
+            reason,
+            at if at is not None else time.time(),
+            Jsonb(json.loads(json.dumps(detail or {}, sort_keys=True))),
+        ),
+    )
+
+
+async def fetch(
+    conn: AsyncConnection, tenant: str, memory_id: str, *, lock: bool = False
+) -> Memory | None:
+    cursor = await conn.execute(
+        f"SELECT {MEMORY_COLUMNS} FROM memories WHERE tenant = %s AND id = %s"
+        + (" FOR UPDATE" if lock else ""),
+        (tenant, memory_id),
+    )
+    row = await cursor.fetchone()
+    return memory_from_row(row) if row else None
+
+
+async def require(conn: AsyncConnection, tenant: str, memory_id: str) -> Memory:
+    """The memory, locked for the rest of the transaction."""
+    memory = await fetch(conn, tenant, memory_id, lock=True)
+    if memory is None:
+        raise NotFound(f"no memory {memory_id!r} in tenant {tenant!r}")
+    return memory
+
+
+async def mark_superseded(
+    conn: AsyncConnection, tenant: str, old_id: str, new: Memory, reason: str, actor: str
+) -> Memory:
+    old = await require(conn, tenant, old_id)
+    check_transition(old.status, "superseded")
+    if old.id == new.id:
+        raise InvalidInput("a memory cannot supersede itself")
+    now = time.time()
+    await conn.execute(
+        "UPDATE memories SET status = 'superseded', superseded_by = %s, status_reason = %s,"
+        " updated_at = %s, embedding = NULL, tsv = NULL WHERE tenant = %s AND id = %s",
+        (new.id, reason, now, tenant, old_id),
+    )
+    await append_event(conn, old, "superseded", actor, reason, {"superseded_by": new.id}, at=now)
+    await append_event(conn, new, "supersedes", actor, reason, {"supersedes": old.id}, at=now)
+    return await require(conn, tenant, old_id)
+
+
+async def reinforce(
+    conn: AsyncConnection,
+    tenant: str,
+    memory_id: str,
+    provenance: dict[str, Any] | None,
+    actor: str,
+) -> Memory:
+    memory = await require(conn, tenant, memory_id)
+    confidence, trail = reinforced(memory, provenance)
+    now = time.time()
+    await conn.execute(
+        "UPDATE memories SET confidence = %s, provenance = %s, updated_at = %s"
+        " WHERE tenant = %s AND id = %s",
+        (confidence, Jsonb(trail), now, tenant, memory_id),
+    )
+    await append_event(
+        conn,
+        memory,
+        "reinforced",
+        actor,
+        detail={"confidence_before": memory.confidence, "confidence": confidence},
+        at=now,
+    )
+    return await require(conn, tenant, memory_id)
+
+
+async def forget(
+    conn: AsyncConnection, tenant: str, memory_id: str, reason: str, actor: str
+) -> Memory:
+    """Erase content, slot, hash, provenance, entities, embedding and text vector."""
+    memory = await require(conn, tenant, memory_id)
+    check_transition(memory.status, "forgotten")
+    now = time.time()
+    await conn.execute(
+        "UPDATE memories SET content = NULL, subject = NULL, attribute = NULL, value = NULL,"
+        " content_hash = NULL, provenance = '[]', entities = '[]', confidence = 0,"
+        " embedding = NULL, tsv = NULL, status = 'forgotten', status_reason = %s,"
+        " updated_at = %s WHERE tenant = %s AND id = %s",
+        (reason, now, tenant, memory_id),
+    )
+    await append_event(conn, memory, "forgotten", actor, reason, {"from": memory.status}, at=now)
+    return await require(conn, tenant, memory_id)
+
+
+async def expire_due(conn: AsyncConnection, now: float, actor: str) -> list[Memory]:
+    cursor = await conn.execute(
+        f"SELECT {MEMORY_COLUMNS} FROM memories WHERE status = 'active'"
+        " AND expires_at IS NOT NULL AND expires_at <= %s FOR UPDATE SKIP LOCKED",
+        (now,),
+    )
+    expired = [memory_from_row(row) for row in await cursor.fetchall()]
+    for memory in expired:
+        await conn.execute(
+            "UPDATE memories SET status = 'expired', status_reason = 'expires_at passed',"
+            " updated_at = %s, embedding = NULL, tsv = NULL WHERE tenant = %s AND id = %s",
+            (now, memory.tenant, memory.id),
+        )
+        await append_event(conn, memory, "expired", actor, "expires_at passed", at=now)
+    return expired

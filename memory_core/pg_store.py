@@ -1,0 +1,408 @@
+"""The shared memory store: Postgres with pgvector, for several memrelay replicas.
+
+Same protocol, same lifecycle and the same fused recall as the SQLite store. Recall is
+one SQL statement: HNSW KNN and full-text candidates as CTEs, then the guard (tenant,
+read spaces, active, unexpired) on the rows they name, so nothing inactive or out of
+scope can come back even if an index were stale.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import psycopg
+from pgvector.psycopg import register_vector_async
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
+
+from memory_core import pg_lifecycle, transfer
+from memory_core.embedder import Embedder
+from memory_core.errors import InvalidInput
+from memory_core.lint import COMMON_CHECKS, POSTGRES_CHECKS, Finding
+from memory_core.listing import MAX_LIMIT, list_sql, page_of
+from memory_core.model import STATUSES, Event, Memory, NewMemory, content_hash, validate_id
+from memory_core.pg_schema import migrate
+from memory_core.recall import Recalled, RecallQuery, clean_query, fuse, query_terms
+from memory_core.rows import EVENT_COLUMNS, MEMORY_COLUMNS, event_from_row, memory_from_row
+from memory_core.store import ImportResult, ListQuery, Page
+
+MAX_SPACES = 64
+TEXT_KEY = "text_ts_rank"  # Postgres ranks text hits with ts_rank, not BM25
+
+
+async def _configure(conn: AsyncConnection) -> None:
+    """Per connection: the vector type, and HNSW scans that keep going past filtered rows."""
+    await register_vector_async(conn)
+    await conn.execute("SET hnsw.iterative_scan = relaxed_order")
+    await conn.execute("SET hnsw.ef_search = 100")
+    await conn.commit()
+
+
+class PostgresStore:
+    """`MemoryStore` over a psycopg async pool; embedding runs off the event loop."""
+
+    def __init__(
+        self, url: str, embedder: Embedder, min_connections: int = 1, max_connections: int = 10
+    ) -> None:
+        self.url = url
+        self.embedder = embedder
+        self._pool = AsyncConnectionPool(
+            url,
+            min_size=min_connections,
+            max_size=max_connections,
+            configure=_configure,
+            open=False,
+            kwargs={"application_name": "memrelay"},
+        )
+        self._embed_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memrelay-embed")
+        self.schema_version = 0
+
+    @classmethod
+    async def open(cls, url: str, embedder: Embedder, **options: Any) -> PostgresStore:
+        store = cls(url, embedder, **options)
+        await store.start()
+        return store
+
+    async def start(self) -> None:
+        async with await AsyncConnection.connect(self.url) as conn:
+            self.schema_version = await migrate(conn, self.embedder.name, self.embedder.dim)
+        await self._pool.open(wait=True)
+        await self.embed(["warm up"])  # load both model sessions now, not on first use
+        await self.embed(["warm", "up"])
+
+    async def close(self) -> None:
+        await self._pool.close()
+        self._embed_pool.shutdown(wait=True)
+
+    # -- plumbing -------------------------------------------------------------------
+
+    def connection(self) -> Any:
+        """A pooled connection (async context manager); commits when the block ends."""
+        return self._pool.connection()
+
+    async def fetch(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+        async with self._pool.connection() as conn:
+            return await (await conn.execute(sql, params)).fetchall()
+
+    async def embed(self, texts: list[str]) -> np.ndarray:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._embed_pool, self.embedder.embed, texts)
+
+    # -- writes ---------------------------------------------------------------------
+
+    async def add(self, tenant: str, space: str, new: NewMemory, actor: str = "system") -> Memory:
+        return (await self.add_many(tenant, space, [new], actor))[0]
+
+    async def add_many(
+        self, tenant: str, space: str, items: list[NewMemory], actor: str = "system"
+    ) -> list[Memory]:
+        checked = [item.validated() for item in items]
+        vectors = await self.embed([item.content for item in checked])
+        return await self.add_embedded(tenant, space, checked, vectors, actor)
+
+    async def add_embedded(
+        self,
+        tenant: str,
+        space: str,
+        items: list[NewMemory],
+        vectors: np.ndarray,
+        actor: str = "system",
+    ) -> list[Memory]:
+        """Add memories whose embeddings the caller already computed (bulk loads)."""
+        validate_id(tenant, "tenant")
+        validate_id(space, "space")
+        checked = [item.validated() for item in items]
+        if len(vectors) != len(checked) or (len(checked) and vectors.shape[1] != self.embedder.dim):
+            raise InvalidInput("one vector of the embedder's dimension is needed per memory")
+        async with self._pool.connection() as conn:
+            return [
+                await pg_lifecycle.insert_memory(conn, tenant, space, item, vectors[i], actor)
+                for i, item in enumerate(checked)
+            ]
+
+    async def supersede(
+        self, tenant: str, old_id: str, new: NewMemory | str, reason: str, actor: str = "system"
+    ) -> tuple[Memory, Memory]:
+        validate_id(tenant, "tenant")
+        checked = new.validated() if isinstance(new, NewMemory) else None
+        vector = (await self.embed([checked.content]))[0] if checked is not None else None
+        async with self._pool.connection() as conn:
+            old = await pg_lifecycle.require(conn, tenant, old_id)
+            if checked is not None:
+                replacement = await pg_lifecycle.insert_memory(
+                    conn, tenant, old.space, checked, vector, actor
+                )
+            else:
+                replacement = await pg_lifecycle.require(conn, tenant, str(new))
+                if replacement.status != "active":
+                    raise InvalidInput("the replacement memory must be active")
+            superseded = await pg_lifecycle.mark_superseded(
+                conn, tenant, old_id, replacement, reason, actor
+            )
+            return superseded, replacement
+
+    async def reinforce(
+        self,
+        tenant: str,
+        memory_id: str,
+        provenance: dict[str, Any] | None = None,
+        actor: str = "system",
+    ) -> Memory:
+        validate_id(tenant, "tenant")
+        async with self._pool.connection() as conn:
+            return await pg_lifecycle.reinforce(conn, tenant, memory_id, provenance, actor)
+
+    async def forget(
+        self, tenant: str, memory_id: str, reason: str, actor: str = "system"
+    ) -> Memory:
+        validate_id(tenant, "tenant")
+        async with self._pool.connection() as conn:
+            return await pg_lifecycle.forget(conn, tenant, memory_id, reason, actor)
+
+    async def expire_due(self, now: float | None = None) -> int:
+        moment = time.time() if now is None else now
+        async with self._pool.connection() as conn:
+            return len(await pg_lifecycle.expire_due(conn, moment, "expiry"))
+
+    # -- reads ----------------------------------------------------------------------
+
+    async def get(self, tenant: str, memory_id: str) -> Memory | None:
+        validate_id(tenant, "tenant")
+        async with self._pool.connection() as conn:
+            return await pg_lifecycle.fetch(conn, tenant, memory_id)
+
+    async def list(self, query: ListQuery) -> Page:
+        sql, params, limit = list_sql(query, "%s", "seq")
+        return Page(*page_of(await self.fetch(sql, params), limit))
+
+    async def find_slot(
+        self, tenant: str, space: str, subject: str, attribute: str
+    ) -> list[Memory]:
+        page = await self.list(
+            ListQuery(tenant, [space], subject=subject, attribute=attribute, limit=20)
+        )
+        return [m for m in page.items if m.subject and m.attribute]
+
+    async def find_duplicate(self, tenant: str, space: str, content: str) -> Memory | None:
+        validate_id(tenant, "tenant")
+        rows = await self.fetch(
+            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE content_hash = %s AND tenant = %s"
+            " AND space = %s AND status = 'active' LIMIT 1",
+            (content_hash(tenant, space, content), tenant, space),
+        )
+        return memory_from_row(rows[0]) if rows else None
+
+    async def history(self, tenant: str, memory_id: str) -> list[Event]:
+        validate_id(tenant, "tenant")
+        rows = await self.fetch(
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE tenant = %s AND memory_id = %s ORDER BY seq",
+            (tenant, memory_id),
+        )
+        return [event_from_row(row) for row in rows]
+
+    async def events(self, tenant: str, since: int = 0, limit: int = 100) -> list[Event]:
+        validate_id(tenant, "tenant")
+        rows = await self.fetch(
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE tenant = %s AND seq > %s"
+            " ORDER BY seq LIMIT %s",
+            (tenant, since, max(1, min(limit, MAX_LIMIT))),
+        )
+        return [event_from_row(row) for row in rows]
+
+    async def stats(self, tenant: str) -> dict[str, Any]:
+        validate_id(tenant, "tenant")
+        out: dict[str, Any] = {"tenant": tenant}
+        for column in ("status", "kind", "space"):
+            rows = await self.fetch(
+                f"SELECT {column}, count(*) FROM memories WHERE tenant = %s GROUP BY {column}",
+                (tenant,),
+            )
+            out[f"by_{column}"] = dict(rows)
+        out["total"] = sum(out["by_status"].values())
+        rows = await self.fetch("SELECT count(*) FROM events WHERE tenant = %s", (tenant,))
+        out["events"] = rows[0][0]
+        return out
+
+    async def status_counts(self) -> dict[str, int]:
+        rows = await self.fetch("SELECT status, count(*) FROM memories GROUP BY status")
+        return {status: 0 for status in STATUSES} | dict(rows)
+
+    async def lint(self, limit: int = 1000) -> list[Finding]:
+        findings: list[Finding] = []
+        for name, sql, detail in POSTGRES_CHECKS + COMMON_CHECKS:
+            for (memory_id,) in await self.fetch(sql + f" LIMIT {int(limit)}"):
+                findings.append(Finding(name, memory_id, detail))
+        return findings
+
+    async def recall(self, query: RecallQuery) -> list[Recalled]:
+        """Hybrid recall over active memories of one tenant and its read spaces."""
+        validate_id(query.tenant, "tenant")
+        if not query.spaces:
+            return []
+        if len(query.spaces) > MAX_SPACES:
+            raise InvalidInput(f"at most {MAX_SPACES} read spaces")
+        for space in query.spaces:
+            validate_id(space, "space")
+        text = clean_query(query.text)
+        terms = query_terms(text) if query.use_text else []
+        if not text or (not terms and not query.use_vector):
+            return []
+        vector = (await self.embed([text]))[0] if query.use_vector else None
+        now = time.time()
+        sql, params = _recall_sql(query, vector, terms, max(query.top_k * 4, 40), now)
+        rows = await self.fetch(sql, params)
+        memories = {row[0]: memory_from_row(row[1:20]) for row in rows}
+        vector_hits = sorted(
+            ((row[0], row[20]) for row in rows if row[20] is not None), key=lambda h: -h[1]
+        )
+        text_hits = sorted(
+            ((row[0], -row[21]) for row in rows if row[21] is not None), key=lambda h: h[1]
+        )
+        return fuse(query, vector_hits, text_hits, memories, now, text_key=TEXT_KEY)
+
+    async def nearest(
+        self, tenant: str, space: str, text: str, k: int = 5
+    ) -> list[tuple[Memory, float]]:
+        query = RecallQuery(tenant, [space], text, top_k=k, use_text=False)
+        results = await self.recall(query)
+        pairs = [(r.memory, r.breakdown.get("vector_similarity", 0.0)) for r in results]
+        return sorted(pairs, key=lambda pair: pair[1], reverse=True)
+
+    # -- transfer -------------------------------------------------------------------
+
+    async def export(self, tenant: str) -> AsyncIterator[str]:
+        """JSONL in batches of 200 memories, each with its events (constant memory)."""
+        validate_id(tenant, "tenant")
+        after = 0
+        while True:
+            rows = await self.fetch(
+                f"SELECT seq, {MEMORY_COLUMNS} FROM memories WHERE tenant = %s AND seq > %s"
+                " ORDER BY seq LIMIT 200",
+                (tenant, after),
+            )
+            if not rows:
+                return
+            after = rows[-1][0]
+            for row in rows:
+                memory = memory_from_row(row[1:])
+                yield transfer.export_line(memory, await self.history(tenant, memory.id))
+
+    async def import_lines(self, tenant: str, lines: Iterable[str]) -> ImportResult:
+        """Import JSONL from `export`; keeps ids and history; importing twice changes nothing."""
+        validate_id(tenant, "tenant")
+        result = ImportResult()
+        batch: list[tuple[int, dict[str, Any]]] = []
+        for number, line in enumerate(lines, start=1):
+            record = transfer.parse_line(line, number, result)
+            if record is not None:
+                batch.append((number, record))
+            if len(batch) >= 200:
+                await self._import_batch(tenant, batch, result)
+                batch = []
+        if batch:
+            await self._import_batch(tenant, batch, result)
+        return result
+
+    async def _import_batch(
+        self, tenant: str, batch: list[tuple[int, dict[str, Any]]], result: ImportResult
+    ) -> None:
+        texts = [r["content"] for _, r in batch if r.get("status") == "active" and r.get("content")]
+        vectors = iter(await self.embed(texts))
+        async with self._pool.connection() as conn:
+            for number, record in batch:
+                needs_vector = record["status"] == "active" and bool(record.get("content"))
+                vector = next(vectors) if needs_vector else None
+                rows = await (
+                    await conn.execute("SELECT tenant FROM memories WHERE id = %s", (record["id"],))
+                ).fetchall()
+                if rows:
+                    if rows[0][0] == tenant:
+                        result.skipped += 1
+                    else:
+                        result.errors.append(
+                            f"line {number}: id {record['id']} belongs to another tenant"
+                        )
+                    continue
+                try:
+                    async with conn.transaction():  # a savepoint per record
+                        await _import_one(conn, tenant, record, vector)
+                except (InvalidInput, KeyError, TypeError, ValueError, psycopg.DataError) as exc:
+                    result.errors.append(f"line {number}: {exc}")
+                else:
+                    result.imported += 1
+
+
+async def _import_one(
+    conn: AsyncConnection, tenant: str, record: dict[str, Any], vector: Any
+) -> None:
+    space, new, options = transfer.imported_fields(record)
+    memory = await pg_lifecycle.insert_memory(conn, tenant, space, new, vector, "import", **options)
+    events = record.get("events") or []
+    for event in events:
+        await pg_lifecycle.append_event(
+            conn,
+            memory,
+            event["action"],
+            event.get("actor", "import"),
+            event.get("reason"),
+            event.get("detail") or {},
+            at=event.get("at"),
+            event_id=event.get("event_id"),
+        )
+    await pg_lifecycle.append_event(
+        conn, memory, "imported", "import", detail={"events": len(events)}
+    )
+
+
+def _recall_sql(
+    q: RecallQuery, vector: np.ndarray | None, terms: list[str], pool: int, now: float
+) -> tuple[str, dict[str, Any]]:
+    """One statement: KNN and text candidates, then the guard over the rows they name."""
+    params: dict[str, Any] = {"tenant": q.tenant, "spaces": list(q.spaces), "pool": pool}
+
+    def in_scope(alias: str) -> str:
+        sql = (
+            f"{alias}tenant = %(tenant)s AND {alias}status = 'active'"
+            f" AND {alias}space = ANY(%(spaces)s)"
+        )
+        return sql + (f" AND {alias}kind = ANY(%(kinds)s)" if q.kinds else "")
+
+    scope = in_scope("")
+    if q.kinds:
+        params["kinds"] = list(q.kinds)
+    parts = []
+    if vector is not None:
+        params["vector"] = np.asarray(vector, np.float32)
+        parts.append(
+            "v AS (SELECT seq, 1 - (embedding <=> %(vector)s) AS similarity FROM memories"
+            f" WHERE {scope} ORDER BY embedding <=> %(vector)s LIMIT %(pool)s)"
+        )
+    else:
+        parts.append("v AS (SELECT NULL::bigint AS seq, NULL::float8 AS similarity LIMIT 0)")
+    if terms:
+        params["terms"] = " | ".join(f"'{term}'" for term in terms)
+        parts.append(
+            "x AS (SELECT seq, ts_rank(tsv, query, 1) AS rank FROM memories,"
+            f" to_tsquery('{pg_lifecycle.TEXT_CONFIG}', %(terms)s) query"
+            f" WHERE tsv @@ query AND {scope} ORDER BY rank DESC LIMIT %(pool)s)"
+        )
+    else:
+        parts.append("x AS (SELECT NULL::bigint AS seq, NULL::float4 AS rank LIMIT 0)")
+    sql = (
+        f"WITH {', '.join(parts)} SELECT m.seq, "
+        + ", ".join(f"m.{c.strip()}" for c in MEMORY_COLUMNS.split(","))
+        + ", v.similarity, x.rank FROM memories m"
+        " LEFT JOIN v ON v.seq = m.seq LEFT JOIN x ON x.seq = m.seq"
+        " WHERE m.seq IN (SELECT seq FROM v UNION SELECT seq FROM x)"
+        f" AND {in_scope('m.')} AND (m.expires_at IS NULL OR m.expires_at > %(now)s)"
+    )
+    params["now"] = now
+    if q.subject:
+        sql += " AND m.subject = %(subject)s"
+        params["subject"] = q.subject
+    return sql, params
