@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import time
 import uuid
 from collections import Counter
@@ -72,7 +74,8 @@ class ExtractionWorkers:
         self.poll_seconds = poll_seconds
         self.retry_base_seconds = retry_base_seconds
         self.grace_seconds = grace_seconds
-        self.owner = f"worker-{uuid.uuid4().hex[:12]}"
+        # Host and pid in the lease owner tell an operator which replica holds a job.
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.counts: Counter[str] = Counter()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()

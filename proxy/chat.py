@@ -103,9 +103,13 @@ class ChatCompletions:
                 await response.aclose()
         if self.metrics is not None:
             self.metrics.upstream.labels("chat_completions").observe(time.perf_counter() - sent_at)
-        if exchange is not None and self.interceptors:
-            for interceptor in self.interceptors:
-                self.tasks.spawn(interceptor.after(ctx, exchange), name="exchange-hook")
+        if exchange is not None:
+            self._after(ctx, exchange)
+
+    def _after(self, ctx: ChatContext, exchange: Exchange) -> None:
+        """Hand the finished exchange to the interceptors, in the background."""
+        for interceptor in self.interceptors:
+            self.tasks.spawn(interceptor.after(ctx, exchange), name="exchange-hook")
 
     def _response_started(self, ctx: ChatContext, status: int) -> None:
         for interceptor in self.interceptors:
@@ -130,7 +134,15 @@ class ChatCompletions:
         if streamed:
             assembler = StreamAssembler(exchange)
             tap = DecodingTap(response.headers.get("content-encoding"), assembler.feed)
-            await relay_response(send, response, ctx.response_headers, tap, deadline)
+            try:
+                await relay_response(send, response, ctx.response_headers, tap, deadline)
+            except BaseException:
+                # A client that read `[DONE]` may hang up before the stream's last empty
+                # frame is written; the answer it got was whole, so it still counts.
+                if tap.supported and exchange.done:
+                    assembler.close()
+                    self._after(ctx, exchange)
+                raise
             if not tap.supported:
                 return None
             assembler.close()

@@ -56,7 +56,9 @@ def serve(
     ] = None,
     host: Annotated[str | None, typer.Option(help="Bind address ($MEMRELAY_HOST).")] = None,
     port: Annotated[int | None, typer.Option(help="Port ($MEMRELAY_PORT).")] = None,
-    db: Annotated[Path | None, typer.Option(help="Memory database ($MEMRELAY_DB).")] = None,
+    db: Annotated[
+        str | None, typer.Option(help="SQLite file or postgresql:// URL ($MEMRELAY_DB).")
+    ] = None,
     model: Annotated[
         Path | None,
         typer.Option(

@@ -200,9 +200,10 @@ class FakeUpstream:
             reply = self.responder(recorded)
         if reply is None:
             reply = self._default(recorded)
-        watcher = asyncio.ensure_future(self._watch(receive))
+        gone = asyncio.Event()  # this request's client hung up (others may still be here)
+        watcher = asyncio.ensure_future(self._watch(receive, gone))
         try:
-            await self._play(reply, send)
+            await self._play(reply, send, gone)
         finally:
             if reply.kind != "hang":
                 watcher.cancel()
@@ -213,10 +214,11 @@ class FakeUpstream:
         self.disconnected_at = time.monotonic()
         self.disconnected.set()
 
-    async def _watch(self, receive: Any) -> None:
+    async def _watch(self, receive: Any, gone: asyncio.Event) -> None:
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
+                gone.set()
                 self._mark_disconnect()
                 return
 
@@ -233,12 +235,12 @@ class FakeUpstream:
             return Reply.sse(default_stream()) if stream else Reply.json(completion())
         return Reply.json({"echo": req.path, "method": req.method, "size": len(req.body)})
 
-    async def _play(self, reply: Reply, send: Any) -> None:
+    async def _play(self, reply: Reply, send: Any, gone: asyncio.Event) -> None:
         if reply.kind == "hang":
             return  # the caller waits for the client to go away
         if reply.first_delay:
             for _ in range(int(reply.first_delay / 0.01)):
-                if self.disconnected.is_set():
+                if gone.is_set():
                     return
                 await asyncio.sleep(0.01)
         headers = [(b"content-type", reply.content_type), *reply.headers]
@@ -255,7 +257,7 @@ class FakeUpstream:
         for i, chunk in enumerate(reply.chunks):
             if i and reply.delay:
                 await asyncio.sleep(reply.delay)
-            if self.disconnected.is_set():
+            if gone.is_set():
                 break
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
             sent.extend(chunk)

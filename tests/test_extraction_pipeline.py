@@ -248,6 +248,36 @@ def test_streamed_exchange_is_queued_with_scrubbed_reply(fake, memory_proxy, scr
     assert job.space == "default" and job.tenant == "acme"
 
 
+def test_client_hanging_up_right_after_done_still_queues_the_exchange(fake, memory_proxy, script):
+    """SDKs stop reading at `[DONE]` and may close before the stream's last frame; the
+    answer they got was whole, so the exchange is still learned from."""
+    server, seed = memory_proxy(extraction_workers=0)
+    whole = b"".join(
+        [
+            chat_chunk({"role": "assistant", "content": "Noted."}),
+            chat_chunk({}, finish="stop"),
+            b"data: [DONE]\n\n",
+        ]
+    )
+    fake.script.append(Reply.sse([whole, b": upstream still holding the line\n\n"], delay=1.0))
+    received = b""
+    with httpx.Client(base_url=server.url, timeout=10) as http:
+        with http.stream(
+            "POST",
+            "/v1/chat/completions",
+            headers={"X-Memrelay-Tenant": "acme"},
+            json={"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]},
+        ) as response:
+            for chunk in response.iter_raw():
+                received += chunk
+                if b"[DONE]" in received:
+                    break  # hang up while the upstream is still open
+    assert fake.disconnected.wait(5)
+    wait_jobs(seed, 1)
+    jobs = seed.run(SQLiteJobs(seed.store).list_jobs("acme"))
+    assert [j.payload["assistant"] for j in jobs] == ["Noted."]
+
+
 def test_extraction_failures_never_change_the_answer(fake, memory_proxy, script):
     script.failure_rate = 1.0
     server, seed = memory_proxy(
