@@ -39,6 +39,17 @@ def test_compose_file_parses_and_is_consistent():
     assert services["memrelay-llamacpp"]["environment"]["MEMRELAY_UPSTREAM_URL"].startswith(
         "http://llamacpp:"
     )
+    replicas = [s for name, s in services.items() if name.startswith("memrelay-replica-")]
+    assert len(replicas) == 2
+    for replica in replicas:
+        assert replica["profiles"] == ["postgres"]
+        assert replica["environment"]["MEMRELAY_DB"].startswith("postgresql://")
+        assert "@postgres:5432/" in replica["environment"]["MEMRELAY_DB"]
+        assert replica["depends_on"]["postgres"]["condition"] == "service_healthy"
+    balancer = (ROOT / "docker" / "nginx.conf").read_text()
+    for name in ("memrelay-replica-1", "memrelay-replica-2"):
+        assert f"server {name}:8421;" in balancer
+    assert "proxy_buffering off;" in balancer  # streams pass through unbuffered
     used = {
         v.split(":")[0]
         for s in services.values()

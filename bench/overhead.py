@@ -1,0 +1,301 @@
+"""Proxy overhead: direct vs memrelay (memory off / on) vs the LiteLLM proxy.
+
+Every server is a process of its own on loopback: the paced fake upstream, one
+`memrelay serve` (its SQLite file pre-filled with 10k memories in the tenant), and
+`litellm --config` from a separate virtual environment pointed at the same fake. An
+asyncio client here keeps `concurrency` streamed requests in flight and records time
+to first body byte and total time for each; requests per second is completed requests
+over wall time. Modes alternate in rounds so drift on a shared machine hits all alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.common import CHUNKS, PACE_S, chat_body, pct, summary
+from tests.servers import free_port
+
+# 1.107.0 was a compromised release; 1.108+ need a litellm-proxy-extras the index lacks.
+LITELLM_VERSION = "1.106.12"
+LITELLM_KEY = "sk-memrelay-bench-" + "7f3a9c2e5b8d4f1a6c0e9b2d7a4f8c3e"
+TOPICS = ["tea", "rust", "lisbon", "chess", "piano", "taxes", "hiking", "jazz", "sourdough"]
+
+
+def litellm_venv(root: Path) -> Path | None:
+    """bench/.litellm-venv with `litellm[proxy]`, created on first use (about 2 minutes)."""
+    venv = root / "bench" / ".litellm-venv"
+    exe = venv / "bin" / "litellm"
+    if not exe.exists():
+        print(f"  installing litellm[proxy]=={LITELLM_VERSION} into {venv}", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        done = subprocess.run(
+            [str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check",
+             f"litellm[proxy]=={LITELLM_VERSION}"],
+            check=False,
+        )  # fmt: skip
+        if done.returncode != 0 or not exe.exists():
+            print("  LiteLLM could not be installed; its column is left out", flush=True)
+            return None
+    return exe
+
+
+class Process:
+    """A server process, waited for until `ready_path` answers."""
+
+    def __init__(self, argv: list[str], url: str, ready_path: str, env: dict[str, str]) -> None:
+        self.url = url
+        self.log = open(os.devnull, "w")
+        self.process = subprocess.Popen(
+            argv, env={**os.environ, **env}, stdout=self.log, stderr=subprocess.PIPE
+        )
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                err = self.process.stderr.read().decode()[-3000:] if self.process.stderr else ""
+                raise RuntimeError(f"{argv[0]} exited: {err}")
+            try:
+                if httpx.get(url + ready_path, timeout=2).status_code < 500:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"{argv[0]} did not start")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self.log.close()
+
+
+def start_fake() -> Process:
+    port = free_port()
+    return Process(
+        [sys.executable, "-m", "bench.fake_server", str(port)],
+        f"http://127.0.0.1:{port}",
+        "/v1/models",
+        {},
+    )
+
+
+def start_memrelay(db: Path, upstream: str) -> Process:
+    port = free_port()
+    exe = str(Path(sys.executable).with_name("memrelay"))
+    return Process(
+        [exe, "serve"],
+        f"http://127.0.0.1:{port}",
+        "/readyz",
+        {
+            "MEMRELAY_DB": str(db),
+            "MEMRELAY_UPSTREAM_URL": upstream,
+            "MEMRELAY_PORT": str(port),
+            "MEMRELAY_EXTRACTION_WORKERS": "0",
+            "MEMRELAY_LOG_LEVEL": "warning",
+        },
+    )
+
+
+def start_litellm(exe: Path, upstream: str, work: Path) -> Process:
+    port = free_port()
+    config = work / "litellm.yaml"
+    config.write_text(
+        "model_list:\n"
+        "  - model_name: fake-model\n"
+        "    litellm_params:\n"
+        "      model: openai/fake-model\n"
+        f"      api_base: {upstream}/v1\n"
+        "      api_key: sk-fake\n"
+        "litellm_settings:\n"
+        "  drop_params: true\n"
+        "  telemetry: false\n"
+        "general_settings:\n"
+        f"  master_key: {LITELLM_KEY}\n"  # it refuses to start without one
+    )
+    return Process(
+        [str(exe), "--config", str(config), "--host", "127.0.0.1", "--port", str(port)],
+        f"http://127.0.0.1:{port}",
+        "/health/liveliness",
+        {
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no fetch of the price list from GitHub
+            "LITELLM_LOG": "ERROR",
+            "NO_DOCKER": "1",
+        },
+    )
+
+
+async def load(
+    url: str, headers: dict[str, str], concurrency: int, requests: int, seed: int
+) -> dict[str, Any]:
+    """`requests` streamed completions, `concurrency` in flight; per-request timings."""
+    rng = random.Random(seed)
+    texts = [
+        f"What do you remember about {rng.choice(TOPICS)} and {rng.choice(TOPICS)}?"
+        for _ in range(requests)
+    ]
+    first: list[float] = []
+    total: list[float] = []
+    errors = 0
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+        queue = list(reversed(texts))
+
+        async def worker() -> None:
+            nonlocal errors
+            while queue:
+                text = queue.pop()
+                started = time.perf_counter()
+                try:
+                    async with client.stream(
+                        "POST", url + "/v1/chat/completions", headers=headers, json=chat_body(text)
+                    ) as response:
+                        got_first = None
+                        async for _chunk in response.aiter_raw():
+                            if got_first is None:
+                                got_first = time.perf_counter()
+                        if response.status_code != 200 or got_first is None:
+                            errors += 1
+                            continue
+                except httpx.HTTPError:
+                    errors += 1
+                    continue
+                first.append((got_first - started) * 1000)
+                total.append((time.perf_counter() - started) * 1000)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - started
+    return {"first": first, "total": total, "errors": errors, "wall": wall}
+
+
+def run(
+    work: Path,
+    embedder: Any,
+    concurrencies: list[int],
+    requests: int,
+    memories: int,
+    litellm: Path | None,
+    rounds: int = 2,
+) -> dict[str, Any]:
+    from bench.scaling import Filler
+    from memory_core.backends import make_store
+
+    db = work / "overhead.db"
+
+    async def prefill() -> None:
+        store = make_store(db, embedder)
+        await store.start()
+        filler = Filler(embedder, base=min(2000, memories))
+        await filler.fill_to(store, memories)
+        await store.close()
+
+    asyncio.run(prefill())
+    notes: list[str] = []
+    with ExitStack() as stack:
+        fake = start_fake()
+        stack.callback(fake.stop)
+        memrelay = start_memrelay(db, fake.url)
+        stack.callback(memrelay.stop)
+        tenant = {"X-Memrelay-Tenant": "big", "X-Memrelay-Read-Spaces": "default,work"}
+        modes: dict[str, tuple[str, dict[str, str]]] = {
+            "direct": (fake.url, {}),
+            "memrelay memory off": (memrelay.url, {**tenant, "X-Memrelay-Memory": "off"}),
+            "memrelay memory on": (memrelay.url, {**tenant, "X-Memrelay-Memory": "read"}),
+        }
+        if litellm is not None:
+            try:
+                proxy = start_litellm(litellm, fake.url, work)
+                stack.callback(proxy.stop)
+                modes["litellm"] = (proxy.url, {"Authorization": f"Bearer {LITELLM_KEY}"})
+            except RuntimeError as exc:
+                notes.append(f"LiteLLM did not start: {str(exc)[:300]}")
+        else:
+            notes.append("LiteLLM left out (quick mode or --litellm skip).")
+        by_concurrency: dict[str, dict[str, Any]] = {}
+        for concurrency in concurrencies:
+            raw: dict[str, dict[str, Any]] = {
+                m: {"first": [], "total": [], "errors": 0, "wall": 0.0, "done": 0} for m in modes
+            }
+            for url, headers in modes.values():  # warm-up: connections, caches
+                asyncio.run(load(url, headers, concurrency, concurrency * 2, seed=1))
+            for round_ in range(rounds):
+                for mode, (url, headers) in modes.items():
+                    got = asyncio.run(
+                        load(url, headers, concurrency, requests // rounds, seed=round_)
+                    )
+                    for key in ("first", "total"):
+                        raw[mode][key] += got[key]
+                    raw[mode]["errors"] += got["errors"]
+                    raw[mode]["wall"] += got["wall"]
+                    raw[mode]["done"] += len(got["first"])
+            by_concurrency[str(concurrency)] = _summarise(raw)
+            line = ", ".join(
+                f"{m} {v['ttfb_ms']['p50']:.1f} ms / {v['rps']:.0f} rps"
+                for m, v in by_concurrency[str(concurrency)].items()
+            )
+            print(f"  c={concurrency}: {line}", flush=True)
+    return {
+        "setup": (
+            f"Fake upstream streams {CHUNKS + 3} SSE events, {PACE_S * 1000:.0f} ms apart;"
+            f" {requests} requests per mode and concurrency in {rounds} alternating rounds;"
+            f" memory on: {memories:,} memories in the tenant (SQLite, vector cache)."
+        ),
+        "by_concurrency": by_concurrency,
+        "checks": _checks(by_concurrency),
+        "notes": notes,
+    }
+
+
+def _summarise(raw: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    direct = raw["direct"]["first"]
+    for mode, r in raw.items():
+        out[mode] = {
+            "ttfb_ms": summary(r["first"]),
+            "total_ms": summary(r["total"]),
+            "rps": round(r["done"] / r["wall"], 1) if r["wall"] else 0.0,
+            "errors": r["errors"],
+        }
+        if mode != "direct" and r["first"]:
+            out[mode]["added_ttfb_p50_ms"] = round(
+                statistics.median(r["first"]) - statistics.median(direct), 3
+            )
+            out[mode]["added_ttfb_p99_ms"] = round(pct(r["first"], 99) - pct(direct, 99), 3)
+    return out
+
+
+def _checks(by_concurrency: dict[str, Any]) -> list[dict[str, Any]]:
+    checks: list[dict[str, Any]] = []
+    one = by_concurrency.get("1", {})
+    if one:
+        off = one["memrelay memory off"]
+        on = one["memrelay memory on"]
+        checks += [
+            _check("c=1 memory off: added TTFB p50 (ms)", off["added_ttfb_p50_ms"], 2.0, "<="),
+            _check("c=1 memory off: added TTFB p99 (ms)", off["added_ttfb_p99_ms"], 10.0, "<="),
+            _check("c=1 memory on: added TTFB p50 (ms)", on["added_ttfb_p50_ms"], 15.0, "<="),
+        ]
+    top = by_concurrency.get("64")
+    if top and "litellm" in top:
+        ratio = top["memrelay memory off"]["rps"] / max(top["litellm"]["rps"], 1e-9)
+        checks.append(_check("c=64 req/s, memrelay (memory off) / LiteLLM", ratio, 1.5, ">="))
+        ratio_on = top["memrelay memory on"]["rps"] / max(top["litellm"]["rps"], 1e-9)
+        checks.append(_check("c=64 req/s, memrelay (memory on) / LiteLLM", ratio_on, 1.5, ">="))
+    return checks
+
+
+def _check(what: str, value: float, target: float, op: str) -> dict[str, Any]:
+    ok = value <= target if op == "<=" else value >= target
+    return {"what": what, "value": round(value, 3), "target": f"{op} {target}", "ok": ok}

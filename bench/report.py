@@ -1,0 +1,260 @@
+"""Turn results.json into report.md (tables, targets met or missed) and PNG plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+TARGETS = {
+    "off_p50": 2.0,
+    "off_p99": 10.0,
+    "on_p50": 15.0,
+    "litellm_ratio": 1.5,
+    "locomo_turn_any10": 0.80,
+    "locomo_session_all5": 0.88,
+    "scaling_100k_p50": 10.0,
+    "scaling_1m_p50": 60.0,
+}
+
+
+def verdict(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("met" if ok else "**missed**")
+
+
+def table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        out.append("| " + " | ".join(_cell(v) for v in row) + " |")
+    return [*out, ""]
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+    return str(value)
+
+
+def write_report(results: dict[str, Any], out: Path) -> None:
+    lines = ["# memrelay benchmark report", ""]
+    m = results.get("machine", {})
+    lines += [
+        f"Machine: {m.get('cores')} cores, {m.get('memory_gb')} GiB, {m.get('system')},"
+        f" Python {m.get('python')}."
+        + (" **Quick mode** (small sizes)." if results.get("quick") else ""),
+        "",
+    ]
+    for name, render in (
+        ("overhead", _overhead),
+        ("locomo", _locomo),
+        ("scaling", _scaling),
+        ("extraction", _extraction),
+    ):
+        if name in results:
+            lines += render(results[name], out)
+    (out / "report.md").write_text("\n".join(lines))
+
+
+def _overhead(r: dict[str, Any], out: Path) -> list[str]:
+    lines = ["## Proxy overhead", "", r.get("setup", ""), ""]
+    rows = []
+    for c, modes in r["by_concurrency"].items():
+        for mode, v in modes.items():
+            rows.append(
+                [
+                    c,
+                    mode,
+                    v["ttfb_ms"]["p50"],
+                    v["ttfb_ms"]["p99"],
+                    v["total_ms"]["p50"],
+                    v["total_ms"]["p99"],
+                    v["rps"],
+                    v.get("added_ttfb_p50_ms", ""),
+                    v.get("added_ttfb_p99_ms", ""),
+                    v.get("errors", 0),
+                ]
+            )
+    lines += table(
+        [
+            "concurrency",
+            "mode",
+            "TTFB p50 ms",
+            "TTFB p99 ms",
+            "total p50 ms",
+            "total p99 ms",
+            "req/s",
+            "added TTFB p50",
+            "added TTFB p99",
+            "errors",
+        ],
+        rows,
+    )
+    lines += ["Targets:", ""]
+    for check in r.get("checks", []):
+        lines.append(
+            f"- {check['what']}: {check['value']} (target {check['target']}): "
+            f"{verdict(check['ok'])}"
+        )
+    lines.append("")
+    _plot_overhead(r, out)
+    lines += ["![overhead by concurrency](overhead.png)", ""]
+    for note in r.get("notes", []):
+        lines.append(f"- {note}")
+    return [*lines, ""]
+
+
+def _locomo(r: dict[str, Any], out: Path) -> list[str]:
+    lines = ["## Retrieval quality on LoCoMo", "", r.get("setup", ""), ""]
+    for level in ("turn", "session"):
+        rows = []
+        for mode, scores in r["scores"].items():
+            rows.append(
+                [mode]
+                + [scores[level][f"recall_any@{k}"] for k in (1, 5, 10, 20)]
+                + [scores[level][f"recall_all@{k}"] for k in (1, 5, 10, 20)]
+            )
+        lines += [
+            f"{level} level:",
+            "",
+            *table(
+                [
+                    "mode",
+                    "any@1",
+                    "any@5",
+                    "any@10",
+                    "any@20",
+                    "all@1",
+                    "all@5",
+                    "all@10",
+                    "all@20",
+                ],
+                rows,
+            ),
+        ]
+    hybrid = r["scores"]["hybrid"]
+    turn, sess = hybrid["turn"]["recall_any@10"], hybrid["session"]["recall_all@5"]
+    lines += [
+        f"- hybrid turn recall_any@10 = {turn:.3f} (target {TARGETS['locomo_turn_any10']}):"
+        f" {verdict(turn >= TARGETS['locomo_turn_any10'])}",
+        f"- hybrid session recall_all@5 = {sess:.3f} (target {TARGETS['locomo_session_all5']}):"
+        f" {verdict(sess >= TARGETS['locomo_session_all5'])}",
+        "",
+    ]
+    for note in r.get("notes", []):
+        lines.append(f"- {note}")
+    return [*lines, ""]
+
+
+def _scaling(r: dict[str, Any], out: Path) -> list[str]:
+    lines = ["## Recall latency as memory grows", "", r.get("setup", ""), ""]
+    rows = []
+    for backend in ("sqlite", "postgres"):
+        for size, v in r.get(backend, {}).items():
+            rows.append(
+                [
+                    backend,
+                    int(size),
+                    v["store_only_ms"]["p50"],
+                    v["store_only_ms"]["p99"],
+                    v["with_embedding_ms"]["p50"],
+                    v["with_embedding_ms"]["p99"],
+                    round(v["end_to_end"]["added_p50_ms"], 2),
+                    round(v["end_to_end"]["added_p99_ms"], 2),
+                    v["db_mb"],
+                    v["peak_rss_mb"],
+                    v.get("postgres_server_rss_mb", ""),
+                    v["fill_s"],
+                ]
+            )
+    lines += table(
+        [
+            "backend",
+            "memories",
+            "store p50 ms",
+            "store p99 ms",
+            "with embedding p50",
+            "p99",
+            "e2e added p50 ms",
+            "e2e added p99 ms",
+            "db MB",
+            "peak RSS MB",
+            "PG server RSS MB",
+            "fill s",
+        ],
+        rows,
+    )
+    for backend in ("sqlite", "postgres"):
+        data = r.get(backend, {})
+        for size, target in (("100000", "scaling_100k_p50"), ("1000000", "scaling_1m_p50")):
+            if size in data:
+                p50 = data[size]["store_only_ms"]["p50"]
+                lines.append(
+                    f"- {backend} {int(size):,}: store-level p50 {p50:.1f} ms (target"
+                    f" {TARGETS[target]}): {verdict(p50 <= TARGETS[target])}"
+                )
+    lines.append("")
+    _plot_scaling(r, out)
+    lines += ["![latency against memory count](scaling.png)", ""]
+    for note in r.get("notes", []):
+        lines.append(f"- {note}")
+    return [*lines, ""]
+
+
+def _extraction(r: dict[str, Any], out: Path) -> list[str]:
+    lines = ["## Extraction throughput (instant fake LLM)", "", r.get("setup", ""), ""]
+    rows = [[k, v["jobs"], v["seconds"], v["exchanges_per_s"]] for k, v in r["runs"].items()]
+    lines += table(["setup", "exchanges", "seconds", "exchanges/s"], rows)
+    for note in r.get("notes", []):
+        lines.append(f"- {note}")
+    return [*lines, ""]
+
+
+def _plot_overhead(r: dict[str, Any], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    concurrencies = list(r["by_concurrency"])
+    modes = sorted({m for v in r["by_concurrency"].values() for m in v})
+    for mode in modes:
+        xs = [c for c in concurrencies if mode in r["by_concurrency"][c]]
+        left.plot(
+            xs, [r["by_concurrency"][c][mode]["ttfb_ms"]["p50"] for c in xs], "o-", label=mode
+        )
+        right.plot(xs, [r["by_concurrency"][c][mode]["rps"] for c in xs], "o-", label=mode)
+    left.set(title="time to first byte, p50", xlabel="concurrency", ylabel="ms")
+    right.set(title="throughput", xlabel="concurrency", ylabel="requests/s")
+    left.legend()
+    fig.tight_layout()
+    fig.savefig(out / "overhead.png", dpi=110)
+    plt.close(fig)
+
+
+def _plot_scaling(r: dict[str, Any], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for backend in ("sqlite", "postgres"):
+        data = r.get(backend, {})
+        if not data:
+            continue
+        sizes = sorted(int(s) for s in data)
+        for key, style in (("store_only_ms", "o-"), ("with_embedding_ms", "s--")):
+            ax.plot(
+                sizes,
+                [data[str(s)][key]["p50"] for s in sizes],
+                style,
+                label=f"{backend} {key.replace('_ms', '').replace('_', ' ')} p50",
+            )
+    ax.set_xscale("log")
+    ax.set(
+        title="recall latency against memory count", xlabel="memories in the tenant", ylabel="ms"
+    )
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "scaling.png", dpi=110)
+    plt.close(fig)

@@ -1,0 +1,271 @@
+"""Recall latency as one tenant grows: SQLite and Postgres, store-level and end to end.
+
+For each size: p50/p99 of store-level recall (query vector given, as a cached query
+would be) and with query embedding, the end-to-end time-to-first-byte that memory adds
+through a served memrelay (memory on minus memory off, interleaved), the database's
+size on disk, and the peak resident memory of this process (the SQLite vector cache
+lives here; for Postgres the server's own memory is reported beside it).
+
+Filling a million memories through the model would take hours, so the fill embeds a
+few thousand distinct sentences with the real model and derives the rest as noisy
+copies of those vectors (texts vary too). Postgres is bulk-loaded as an operator would:
+the HNSW index is dropped during the load and built once afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import resource
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from bench.common import pct, served_fake_upstream, summary, ttfb
+from memory_core import FastEmbedEmbedder, NewMemory, RecallQuery
+from memory_core.backends import make_store
+from proxy.settings import Settings
+from proxy.wiring import build_app
+from tests.servers import ServedApp
+
+SUBJECTS = ["The user", "My manager", "The client", "Our team", "My sister", "The landlord"]
+VERBS = ["prefers", "dislikes", "asked about", "is planning", "forgot", "wants to learn"]
+OBJECTS = [
+    "green tea",
+    "rust programming",
+    "the quarterly report",
+    "a trip to Lisbon",
+    "formal emails",
+    "jazz piano",
+    "the database migration",
+    "vegan recipes",
+    "the tax deadline",
+    "marathon training",
+    "the new laptop",
+    "birthday gifts",
+]
+WHEN = ["on Mondays", "in the morning", "since last year", "before the deadline", "every week"]
+TENANT = "big"
+SPACES = ["default", "work"]
+
+
+def sentence(rng: random.Random, i: int) -> str:
+    parts = (rng.choice(SUBJECTS), rng.choice(VERBS), rng.choice(OBJECTS), rng.choice(WHEN))
+    return " ".join(parts) + f" (#{i})"
+
+
+class Filler:
+    """Adds synthetic memories to one tenant in batches, through the store's add path."""
+
+    def __init__(self, embedder: FastEmbedEmbedder, base: int = 5000) -> None:
+        self.rng = random.Random(42)
+        self.noise = np.random.default_rng(7)
+        self.texts = [sentence(self.rng, i) for i in range(base)]
+        self.vectors = embedder.embed(self.texts)
+        self.dim = embedder.dim
+        self.done = 0
+
+    async def fill_to(self, store: Any, total: int) -> float:
+        started = time.perf_counter()
+        while self.done < total:
+            n = min(2000, total - self.done)
+            idx = [(self.done + j) % len(self.texts) for j in range(n)]
+            block = self.vectors[idx] + self.noise.normal(0, 0.02, (n, self.dim)).astype(np.float32)
+            block /= np.linalg.norm(block, axis=1, keepdims=True)
+            items = [
+                NewMemory(
+                    f"{self.texts[k]} v{self.done + j}",
+                    kind=self.rng.choice(["fact", "preference", "constraint", "error"]),
+                )
+                for j, k in enumerate(idx)
+            ]
+            await store.add_embedded(TENANT, self.rng.choice(SPACES), items, block)
+            self.done += n
+        return time.perf_counter() - started
+
+
+def queries(count: int) -> list[str]:
+    rng = random.Random(9)
+    return [
+        f"what does {rng.choice(SUBJECTS).lower()} think about {rng.choice(OBJECTS)}"
+        for _ in range(count)
+    ]
+
+
+async def store_latency(store: Any, texts: list[str]) -> dict[str, Any]:
+    for text in texts[:20]:  # warm caches
+        await store.recall(RecallQuery(TENANT, SPACES, text))
+    full = []
+    for text in texts:
+        t = time.perf_counter()
+        await store.recall(RecallQuery(TENANT, SPACES, text, top_k=10))
+        full.append((time.perf_counter() - t) * 1000)
+    vectors = store.embedder.embed(texts)
+    original = store.embed
+    only = []
+    try:
+        for text, vector in zip(texts, vectors, strict=True):
+
+            async def cached(_texts: list[str], v: np.ndarray = vector) -> np.ndarray:
+                return v[None, :]
+
+            store.embed = cached
+            t = time.perf_counter()
+            await store.recall(RecallQuery(TENANT, SPACES, text, top_k=10))
+            only.append((time.perf_counter() - t) * 1000)
+    finally:
+        store.embed = original
+    return {"store_only_ms": summary(only), "with_embedding_ms": summary(full)}
+
+
+def end_to_end(db: Any, embedder: FastEmbedEmbedder, texts: list[str]) -> dict[str, Any]:
+    """TTFB through a served memrelay, memory on vs off, interleaved, concurrency 1."""
+    with served_fake_upstream() as upstream:
+        settings = Settings(upstream_url=upstream.url, db=db, extraction_workers=0)
+        store = make_store(db, embedder)
+        with ServedApp(build_app(settings, store=store)) as memrelay, httpx.Client() as client:
+            on: list[float] = []
+            off: list[float] = []
+            for i, text in enumerate(texts):
+                for mode, sink in (("read", on), ("off", off)):
+                    headers = {"X-Memrelay-Tenant": TENANT, "X-Memrelay-Memory": mode}
+                    headers["X-Memrelay-Read-Spaces"] = ",".join(SPACES)
+                    value = ttfb(client, memrelay.url, headers, text)[0]
+                    if i >= 10:
+                        sink.append(value)
+    added = [a - b for a, b in zip(on, off, strict=True)]
+    return {
+        "memory_on_ttfb_ms": summary(on),
+        "memory_off_ttfb_ms": summary(off),
+        "added_p50_ms": statistics.median(on) - statistics.median(off),
+        "added_p99_ms": pct(on, 99) - pct(off, 99),
+        "paired_added_p50_ms": statistics.median(added),
+    }
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+async def size_on_disk(store: Any, db: Any) -> float:
+    if hasattr(store, "fetch"):
+        rows = await store.fetch("SELECT pg_database_size(current_database())")
+        return rows[0][0] / 1e6
+    path = Path(db)
+    files = [path, path.with_name(path.name + "-wal")]
+    return sum(f.stat().st_size for f in files if f.exists()) / 1e6
+
+
+def postgres_server_rss_mb() -> float:
+    import psutil
+
+    total = 0
+    for proc in psutil.process_iter(["name", "memory_info"]):
+        if proc.info["name"] == "postgres" and proc.info["memory_info"]:
+            total += proc.info["memory_info"].rss
+    return total / 1e6
+
+
+async def run_backend(
+    backend: str,
+    db: Any,
+    sizes: list[int],
+    embedder: FastEmbedEmbedder,
+    query_count: int,
+    e2e_count: int,
+) -> dict[str, Any]:
+    store = make_store(db, embedder)
+    await store.start()
+    filler = Filler(embedder, base=min(5000, max(sizes)))
+    texts = queries(query_count)
+    out: dict[str, Any] = {}
+    try:
+        for size in sorted(sizes):
+            if backend == "postgres":
+                fill_s = await bulk_fill_postgres(store, filler, size)
+            else:
+                fill_s = await filler.fill_to(store, size)
+            result = await store_latency(store, texts)
+            result["fill_s"] = round(fill_s, 1)
+            result["db_mb"] = round(await size_on_disk(store, db), 1)
+            result["peak_rss_mb"] = round(peak_rss_mb(), 1)
+            if backend == "postgres":
+                result["postgres_server_rss_mb"] = round(postgres_server_rss_mb(), 1)
+            await store.close()
+            result["end_to_end"] = await asyncio.to_thread(
+                end_to_end, db, embedder, texts[: e2e_count + 10]
+            )
+            store = make_store(db, embedder)
+            await store.start()
+            out[str(size)] = result
+            only = result["store_only_ms"]
+            print(
+                f"  {backend} {size:>8}: store p50 {only['p50']:.1f} ms p99 {only['p99']:.1f}"
+                f" | e2e added p50 {result['end_to_end']['added_p50_ms']:.1f} ms"
+                f" | {result['db_mb']:.0f} MB | rss {result['peak_rss_mb']:.0f} MB",
+                flush=True,
+            )
+    finally:
+        await store.close()
+    return out
+
+
+async def bulk_fill_postgres(store: Any, filler: Filler, size: int) -> float:
+    """Drop the HNSW index, load, build it once (as for any large pgvector load)."""
+    started = time.perf_counter()
+    if size - filler.done > 20_000:
+        async with store.connection() as conn:
+            await conn.execute("DROP INDEX IF EXISTS memories_embedding")
+        await filler.fill_to(store, size)
+        async with store.connection() as conn:
+            await conn.set_autocommit(True)
+            await conn.execute("SET maintenance_work_mem = '4GB'")
+            await conn.execute("SET max_parallel_maintenance_workers = 1")
+            await conn.execute(
+                "CREATE INDEX memories_embedding ON memories USING hnsw"
+                " (embedding vector_cosine_ops) WHERE status = 'active'"
+            )
+            await conn.execute("ANALYZE memories")
+            await conn.set_autocommit(False)
+    else:
+        await filler.fill_to(store, size)
+        async with store.connection() as conn:
+            await conn.execute("ANALYZE memories")
+    return time.perf_counter() - started
+
+
+def run(
+    sizes: list[int],
+    pg_sizes: list[int],
+    workdir: Path,
+    embedder: FastEmbedEmbedder,
+    pg: Any,
+    query_count: int = 200,
+    e2e_count: int = 100,
+) -> dict[str, Any]:
+    results: dict[str, Any] = {
+        "setup": (
+            f"One tenant, two spaces, synthetic memories; {query_count} queries per size,"
+            " top 10. Store-level = recall with the query vector given; with embedding ="
+            " the whole recall call; e2e added = TTFB through a served memrelay with memory"
+            f" on minus memory off ({e2e_count} interleaved requests). SQLite keeps a vector"
+            " cache in process; Postgres uses HNSW (ef_search 100, iterative scan)."
+        ),
+        "sqlite": {},
+        "postgres": {},
+    }
+    if sizes:
+        results["sqlite"] = asyncio.run(
+            run_backend("sqlite", workdir / "scaling.db", sizes, embedder, query_count, e2e_count)
+        )
+    if pg_sizes and pg is not None:
+        results["postgres"] = asyncio.run(
+            run_backend(
+                "postgres", pg.new_database("scaling"), pg_sizes, embedder, query_count, e2e_count
+            )
+        )
+    return results
