@@ -189,7 +189,7 @@ def run(
     litellm: Path | None,
     rounds: int = 2,
 ) -> dict[str, Any]:
-    from bench.scaling import Filler
+    from bench.scaling import Filler, warm_up
     from memory_core.backends import make_store
 
     db = work / "overhead.db"
@@ -209,6 +209,8 @@ def run(
         memrelay = start_memrelay(db, fake.url)
         stack.callback(memrelay.stop)
         tenant = {"X-Memrelay-Tenant": "big", "X-Memrelay-Read-Spaces": "default,work"}
+        with httpx.Client(timeout=60) as client:
+            warm_up(client, memrelay.url, "big", ["default", "work"])
         modes: dict[str, tuple[str, dict[str, str]]] = {
             "direct": (fake.url, {}),
             "memrelay memory off": (memrelay.url, {**tenant, "X-Memrelay-Memory": "off"}),

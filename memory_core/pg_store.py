@@ -27,7 +27,15 @@ from memory_core.lint import COMMON_CHECKS, POSTGRES_CHECKS, Finding
 from memory_core.listing import MAX_LIMIT, list_sql, page_of
 from memory_core.model import STATUSES, Event, Memory, NewMemory, content_hash, validate_id
 from memory_core.pg_schema import migrate
-from memory_core.recall import Recalled, RecallQuery, clean_query, fuse, query_terms
+from memory_core.recall import (
+    COMMON_TTL_S,
+    POSTINGS_BUDGET,
+    Recalled,
+    RecallQuery,
+    clean_query,
+    fuse,
+    query_terms,
+)
 from memory_core.rows import EVENT_COLUMNS, MEMORY_COLUMNS, event_from_row, memory_from_row
 from memory_core.store import ImportResult, ListQuery, Page
 
@@ -61,6 +69,8 @@ class PostgresStore:
         )
         self._embed_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memrelay-embed")
         self.schema_version = 0
+        self._common: list[str] = []  # lexemes too common to rank, from pg_stats
+        self._common_until = 0.0
 
     @classmethod
     async def open(cls, url: str, embedder: Embedder, **options: Any) -> PostgresStore:
@@ -254,7 +264,8 @@ class PostgresStore:
             return []
         vector = (await self.embed([text]))[0] if query.use_vector else None
         now = time.time()
-        sql, params = _recall_sql(query, vector, terms, max(query.top_k * 4, 40), now)
+        common = await self._common_lexemes() if terms else []
+        sql, params = _recall_sql(query, vector, terms, common, max(query.top_k * 4, 40), now)
         rows = await self.fetch(sql, params)
         memories = {row[0]: memory_from_row(row[1:20]) for row in rows}
         vector_hits = sorted(
@@ -264,6 +275,31 @@ class PostgresStore:
             ((row[0], -row[21]) for row in rows if row[21] is not None), key=lambda h: h[1]
         )
         return fuse(query, vector_hits, text_hits, memories, now, text_key=TEXT_KEY)
+
+    async def _common_lexemes(self) -> list[str]:
+        """Lexemes in more than POSTINGS_BUDGET memories, from the planner's statistics
+        (ANALYZE, run by autovacuum, keeps them); re-read every COMMON_TTL_S."""
+        now = time.monotonic()
+        if now < self._common_until:
+            return self._common
+        rows = await self.fetch(
+            "SELECT s.most_common_elems::text::text[], s.most_common_elem_freqs, c.reltuples"
+            " FROM pg_stats s JOIN pg_class c ON c.relname = s.tablename"
+            " AND c.relnamespace = to_regnamespace(s.schemaname)"
+            " WHERE s.schemaname = current_schema() AND s.tablename = 'memories'"
+            " AND s.attname = 'tsv'"
+        )
+        common: list[str] = []
+        if rows and rows[0][0]:
+            lexemes, freqs, tuples = rows[0]
+            rows_total = max(float(tuples), 0.0)
+            common = [
+                lexeme
+                for lexeme, freq in zip(lexemes, freqs, strict=False)
+                if freq * rows_total > POSTINGS_BUDGET
+            ]
+        self._common, self._common_until = common, now + COMMON_TTL_S
+        return common
 
     async def nearest(
         self, tenant: str, space: str, text: str, k: int = 5
@@ -360,7 +396,12 @@ async def _import_one(
 
 
 def _recall_sql(
-    q: RecallQuery, vector: np.ndarray | None, terms: list[str], pool: int, now: float
+    q: RecallQuery,
+    vector: np.ndarray | None,
+    terms: list[str],
+    common: list[str],
+    pool: int,
+    now: float,
 ) -> tuple[str, dict[str, Any]]:
     """One statement: KNN and text candidates, then the guard over the rows they name."""
     params: dict[str, Any] = {"tenant": q.tenant, "spaces": list(q.spaces), "pool": pool}
@@ -385,11 +426,16 @@ def _recall_sql(
     else:
         parts.append("v AS (SELECT NULL::bigint AS seq, NULL::float8 AS similarity LIMIT 0)")
     if terms:
-        params["terms"] = " | ".join(f"'{term}'" for term in terms)
+        # The query's lexemes, minus those too common to be worth ranking (as with
+        # SQLite's postings budget); already stemmed, so the 'simple' config keeps them.
+        params["terms"] = " ".join(terms)
+        params["common"] = list(common)
         parts.append(
-            "x AS (SELECT seq, ts_rank(tsv, query, 1) AS rank FROM memories,"
-            f" to_tsquery('{pg_lifecycle.TEXT_CONFIG}', %(terms)s) query"
-            f" WHERE tsv @@ query AND {scope} ORDER BY rank DESC LIMIT %(pool)s)"
+            "q AS (SELECT to_tsquery('simple', string_agg(quote_literal(lexeme), ' | '))"
+            f" AS query FROM unnest(to_tsvector('{pg_lifecycle.TEXT_CONFIG}', %(terms)s))"
+            " WHERE lexeme <> ALL(%(common)s::text[])),"
+            " x AS (SELECT seq, ts_rank(tsv, q.query, 1) AS rank FROM memories, q"
+            f" WHERE tsv @@ q.query AND {scope} ORDER BY rank DESC LIMIT %(pool)s)"
         )
     else:
         parts.append("x AS (SELECT NULL::bigint AS seq, NULL::float4 AS rank LIMIT 0)")

@@ -31,6 +31,7 @@ TEXT_WEIGHT = 1.0
 MAX_QUERY_CHARS = 4_000
 MAX_QUERY_TERMS = 32
 POSTINGS_BUDGET = 2_000
+COMMON_TTL_S = 300.0
 _STEMMERS = threading.local()  # snowball stemmers keep state: one per thread
 ENTITY_BOOST = 1.15
 SEVERITY_BOOST = {"critical": 1.2, "antipattern": 1.1, "context": 1.0}
@@ -92,7 +93,29 @@ def fold(text: str) -> str:
     return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
 
 
-def choose_terms(conn: Connection, terms: list[str]) -> list[str]:
+class CommonTerms:
+    """Stems known to be past the postings budget, remembered for a while.
+
+    Counting a stem's documents in fts5vocab reads its whole doclist (about 2 ms for a
+    stem in 70k memories); a stem that common stays common, so the count is not redone
+    for COMMON_TTL_S. Only over-budget stems are kept: rare ones are always re-counted.
+    """
+
+    def __init__(self) -> None:
+        self._until: dict[str, float] = {}
+
+    def known(self, stem: str, now: float) -> bool:
+        return self._until.get(stem, 0.0) > now
+
+    def remember(self, stem: str, now: float) -> None:
+        if len(self._until) > 50_000:
+            self._until.clear()
+        self._until[stem] = now + COMMON_TTL_S
+
+
+def choose_terms(
+    conn: Connection, terms: list[str], common: CommonTerms | None = None
+) -> list[str]:
     """The rarest terms, within a postings budget, so BM25 work stays bounded.
 
     BM25 scores every document a term matches; a term found in thousands of memories
@@ -103,12 +126,19 @@ def choose_terms(conn: Connection, terms: list[str]) -> list[str]:
     stemmer = getattr(_STEMMERS, "porter", None)
     if stemmer is None:
         stemmer = _STEMMERS.porter = snowballstemmer.stemmer("porter")
+    now = time.monotonic()
     stems = {stemmer.stemWord(term): term for term in terms}
+    if common is not None:
+        stems = {stem: term for stem, term in stems.items() if not common.known(stem, now)}
     if not stems:
         return []
     rows = conn.execute(
         f"SELECT term, doc FROM memory_fts_vocab WHERE term IN ({_in(list(stems))})", list(stems)
     ).fetchall()
+    if common is not None:
+        for stem, docs in rows:
+            if docs > POSTINGS_BUDGET:
+                common.remember(stem, now)
     chosen: list[str] = []
     total = 0
     for stem, docs in sorted(rows, key=lambda row: row[1]):
@@ -146,7 +176,11 @@ def knn(conn: Connection, q: RecallQuery, vector: np.ndarray, k: int) -> list[tu
 
 
 def text_search(
-    conn: Connection, q: RecallQuery, terms: list[str], k: int
+    conn: Connection,
+    q: RecallQuery,
+    terms: list[str],
+    k: int,
+    common: CommonTerms | None = None,
 ) -> list[tuple[int, float]]:
     """BM25 over the tenant's active memories in the read spaces (lower bm25 is better).
 
@@ -154,7 +188,7 @@ def text_search(
     the scope is applied by joining the main table (a rowid lookup per match; CROSS JOIN
     keeps SQLite from scanning the whole tenant instead).
     """
-    chosen = choose_terms(conn, terms)
+    chosen = choose_terms(conn, terms, common)
     if not chosen:
         return []
     match = " OR ".join(f'"{term}"' for term in chosen)

@@ -25,6 +25,7 @@ from memory_core.model import (
     validate_id,
 )
 from memory_core.recall import (
+    CommonTerms,
     Recalled,
     RecallQuery,
     clean_query,
@@ -64,6 +65,7 @@ class SQLiteStore:
         self._readers: ConnectionThreads | None = None
         self._embed_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memrelay-embed")
         self.schema_version = 0
+        self._common = CommonTerms()  # stems too common for BM25, not re-counted each time
 
     @classmethod
     async def open(
@@ -314,7 +316,9 @@ class SQLiteStore:
         # is embedded (both release the GIL). The vector search and the SQL guard then
         # share one snapshot; the guard re-checks every text hit too.
         text_task = (
-            asyncio.ensure_future(self.run_read(lambda c: text_search(c, query, terms, pool)))
+            asyncio.ensure_future(
+                self.run_read(lambda c: text_search(c, query, terms, pool, self._common))
+            )
             if terms
             else None
         )

@@ -281,3 +281,28 @@ def test_writes_through_another_store_are_recalled(store, run, other_store):
     run(other.forget("acme", first.id, "asked"))
     results = run(store.recall(RecallQuery("acme", ["default"], "pet names", use_text=False)))
     assert [r.memory.id for r in results] == [second.id]
+
+
+def test_common_words_are_left_to_the_vectors_rare_ones_still_rank(store, run):
+    """Past the postings budget a word is not ranked by full text (SQLite: fts5vocab
+    counts; Postgres: the planner's lexeme statistics); rarer words still are."""
+    import numpy as np
+
+    from memory_core.recall import POSTINGS_BUDGET
+
+    count = POSTINGS_BUDGET + 100
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((count, store.embedder.dim)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    items = [NewMemory(f"Coffee note number {i}") for i in range(count)]
+    run(store.add_embedded("acme", "default", items, vectors))
+    rare = run(store.add("acme", "default", NewMemory("Coffee beans come from Zanzibar")))
+    if store.backend == "postgres":
+        import psycopg
+
+        with psycopg.connect(store.location, autocommit=True) as conn:
+            conn.execute("ANALYZE memories")
+        assert "coffe" in run(store._common_lexemes())
+    query = RecallQuery("acme", ["default"], "coffee zanzibar", use_vector=False, top_k=5)
+    results = run(store.recall(query))
+    assert [r.memory.id for r in results] == [rare.id]  # "coffee" alone ranks nothing
