@@ -104,6 +104,8 @@ def _overhead(r: dict[str, Any], out: Path) -> list[str]:
 
 def _locomo(r: dict[str, Any], out: Path) -> list[str]:
     lines = ["## Retrieval quality on LoCoMo", "", r.get("setup", ""), ""]
+    if r.get("skipped"):
+        return lines
     for level in ("turn", "session"):
         rows = []
         for mode, scores in r["scores"].items():

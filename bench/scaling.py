@@ -8,8 +8,9 @@ lives here; for Postgres the server's own memory is reported beside it).
 
 Filling a million memories through the model would take hours, so the fill embeds a
 few thousand distinct sentences with the real model and derives the rest as noisy
-copies of those vectors (texts vary too). Postgres is bulk-loaded as an operator would:
-the HNSW index is dropped during the load and built once afterwards.
+copies of those vectors (texts vary too). SQLite is filled through the store's own add
+path; Postgres is bulk-loaded as an operator would (COPY, then the HNSW index built
+once), except for small steps, which go through the add path too.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import numpy as np
 from bench.common import pct, served_fake_upstream, summary, ttfb
 from memory_core import FastEmbedEmbedder, NewMemory, RecallQuery
 from memory_core.backends import make_store
+from memory_core.model import content_hash, new_memory_id
 from proxy.settings import Settings
 from proxy.wiring import build_app
 from tests.servers import ServedApp
@@ -69,22 +71,64 @@ class Filler:
         self.dim = embedder.dim
         self.done = 0
 
+    def next_block(self, total: int) -> tuple[str, list[NewMemory], np.ndarray]:
+        n = min(2000, total - self.done)
+        idx = [(self.done + j) % len(self.texts) for j in range(n)]
+        block = self.vectors[idx] + self.noise.normal(0, 0.02, (n, self.dim)).astype(np.float32)
+        block /= np.linalg.norm(block, axis=1, keepdims=True)
+        items = [
+            NewMemory(
+                f"{self.texts[k]} v{self.done + j}",
+                kind=self.rng.choice(["fact", "preference", "constraint", "error"]),
+            )
+            for j, k in enumerate(idx)
+        ]
+        self.done += n
+        return self.rng.choice(SPACES), items, block
+
     async def fill_to(self, store: Any, total: int) -> float:
+        """Through the store's own add path (memories, indexes and events)."""
         started = time.perf_counter()
         while self.done < total:
-            n = min(2000, total - self.done)
-            idx = [(self.done + j) % len(self.texts) for j in range(n)]
-            block = self.vectors[idx] + self.noise.normal(0, 0.02, (n, self.dim)).astype(np.float32)
-            block /= np.linalg.norm(block, axis=1, keepdims=True)
-            items = [
-                NewMemory(
-                    f"{self.texts[k]} v{self.done + j}",
-                    kind=self.rng.choice(["fact", "preference", "constraint", "error"]),
-                )
-                for j, k in enumerate(idx)
-            ]
-            await store.add_embedded(TENANT, self.rng.choice(SPACES), items, block)
-            self.done += n
+            space, items, block = self.next_block(total)
+            await store.add_embedded(TENANT, space, items, block)
+        return time.perf_counter() - started
+
+    async def copy_to(self, store: Any, total: int) -> float:
+        """Postgres bulk load: COPY into a staging table, then one INSERT ... SELECT that
+        fills the text-search vector and writes each memory's `added` event."""
+        started = time.perf_counter()
+        async with store.connection() as conn:
+            await conn.execute(
+                "CREATE TEMP TABLE staging (id text, space text, kind text, content text,"
+                f" content_hash text, at float8, embedding vector({self.dim}))"
+            )
+            async with conn.cursor() as cursor:
+                async with cursor.copy("COPY staging FROM STDIN (FORMAT BINARY)") as copy:
+                    copy.set_types(["text", "text", "text", "text", "text", "float8", "vector"])
+                    while self.done < total:
+                        space, items, block = self.next_block(total)
+                        now = time.time()
+                        for item, vector in zip(items, block, strict=True):
+                            memory_id = new_memory_id()
+                            digest = content_hash(TENANT, space, item.content)
+                            await copy.write_row(
+                                (memory_id, space, item.kind, item.content, digest, now, vector)
+                            )
+            await conn.execute(
+                "INSERT INTO memories (id, tenant, space, kind, content, confidence, source,"
+                " status, created_at, updated_at, content_hash, embedding, tsv)"
+                " SELECT id, %s, space, kind, content, 0.8, 'user', 'active', at, at,"
+                " content_hash, embedding, to_tsvector('english', content) FROM staging",
+                (TENANT,),
+            )
+            await conn.execute(
+                "INSERT INTO events (event_id, memory_id, tenant, space, action, actor, at,"
+                " detail) SELECT md5(id), id, %s, space, 'added', 'bulk-load', at,"
+                " jsonb_build_object('kind', kind) FROM staging",
+                (TENANT,),
+            )
+            await conn.execute("DROP TABLE staging")
         return time.perf_counter() - started
 
 
@@ -237,12 +281,12 @@ async def run_backend(
 
 
 async def bulk_fill_postgres(store: Any, filler: Filler, size: int) -> float:
-    """Drop the HNSW index, load, build it once (as for any large pgvector load)."""
+    """Drop the HNSW index, COPY, build it once (as for any large pgvector load)."""
     started = time.perf_counter()
     if size - filler.done > 20_000:
         async with store.connection() as conn:
             await conn.execute("DROP INDEX IF EXISTS memories_embedding")
-        await filler.fill_to(store, size)
+        await filler.copy_to(store, size)
         async with store.connection() as conn:
             await conn.set_autocommit(True)
             await conn.execute("SET maintenance_work_mem = '4GB'")
