@@ -20,7 +20,13 @@ from memory_core.model import (
     content_hash,
     new_memory_id,
 )
-from memory_core.rows import append_event, fetch_memory
+from memory_core.rows import (
+    MEMORY_COLUMNS,
+    MEMORY_FIELDS,
+    append_event,
+    fetch_memory,
+    memory_values,
+)
 from memory_core.sqlite_db import Connection, IntegrityError
 
 
@@ -106,31 +112,9 @@ def insert_memory(
     )
     try:
         cursor = conn.execute(
-            "INSERT INTO memories (id, tenant, space, kind, content, subject, attribute, value,"
-            " confidence, source, provenance, status, superseded_by, status_reason, created_at,"
-            " updated_at, expires_at, content_hash, entities)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                memory.id,
-                tenant,
-                space,
-                memory.kind,
-                memory.content,
-                memory.subject,
-                memory.attribute,
-                memory.value,
-                memory.confidence,
-                memory.source,
-                json.dumps(memory.provenance),
-                memory.status,
-                memory.superseded_by,
-                memory.status_reason,
-                memory.created_at,
-                memory.updated_at,
-                memory.expires_at,
-                memory.content_hash,
-                json.dumps(memory.entities),
-            ),
+            f"INSERT INTO memories ({MEMORY_COLUMNS})"
+            f" VALUES ({', '.join('?' * len(MEMORY_FIELDS))})",
+            memory_values(memory, json.dumps),
         )
     except IntegrityError as exc:
         raise InvalidInput(f"a memory with id {memory.id} already exists") from exc

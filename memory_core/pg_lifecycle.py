@@ -8,9 +8,7 @@ text-search vector in the same UPDATE, so recall's indexes cannot reach the row.
 
 from __future__ import annotations
 
-import json
 import time
-import uuid
 from typing import Any
 
 import numpy as np
@@ -22,7 +20,14 @@ from memory_core.errors import InvalidInput, NotFound
 from memory_core.lifecycle import build_memory, reinforced
 from memory_core.model import Memory, NewMemory, check_transition
 from memory_core.recall import fold
-from memory_core.rows import MEMORY_COLUMNS, memory_from_row
+from memory_core.rows import (
+    INSERT_EVENT_COLUMNS,
+    MEMORY_COLUMNS,
+    MEMORY_FIELDS,
+    event_values,
+    memory_from_row,
+    memory_values,
+)
 
 TEXT_CONFIG = "english"
 
@@ -46,31 +51,11 @@ async def insert_memory(
     try:
         async with conn.transaction():  # a savepoint: a duplicate id leaves the rest intact
             await conn.execute(
-                "INSERT INTO memories (id, tenant, space, kind, content, subject, attribute,"
-                " value, confidence, source, provenance, status, superseded_by, status_reason,"
-                " created_at, updated_at, expires_at, content_hash, entities, embedding, tsv)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
-                f" %s, %s, %s, CASE WHEN %s THEN to_tsvector('{TEXT_CONFIG}', %s) END)",
+                f"INSERT INTO memories ({MEMORY_COLUMNS}, embedding, tsv)"
+                f" VALUES ({', '.join(['%s'] * len(MEMORY_FIELDS))}, %s,"
+                f" CASE WHEN %s THEN to_tsvector('{TEXT_CONFIG}', %s) END)",
                 (
-                    memory.id,
-                    tenant,
-                    space,
-                    memory.kind,
-                    memory.content,
-                    memory.subject,
-                    memory.attribute,
-                    memory.value,
-                    memory.confidence,
-                    memory.source,
-                    Jsonb(memory.provenance),
-                    memory.status,
-                    memory.superseded_by,
-                    memory.status_reason,
-                    memory.created_at,
-                    memory.updated_at,
-                    memory.expires_at,
-                    memory.content_hash,
-                    Jsonb(memory.entities),
+                    *memory_values(memory, Jsonb),
                     np.asarray(vector, np.float32) if active else None,
                     active,
                     fold(memory.content or "") if active else None,
@@ -97,19 +82,9 @@ async def append_event(
 ) -> None:
     """Record a state change; called inside the transaction that makes the change."""
     await conn.execute(
-        "INSERT INTO events (event_id, memory_id, tenant, space, action, actor, reason, at,"
-        " detail) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (event_id) DO NOTHING",
-        (
-            event_id or uuid.uuid4().hex,
-            memory.id,
-            memory.tenant,
-            memory.space,
-            action,
-            actor,
-            reason,
-            at if at is not None else time.time(),
-            Jsonb(json.loads(json.dumps(detail or {}, sort_keys=True))),
-        ),
+        f"INSERT INTO events ({INSERT_EVENT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s,"
+        " %s) ON CONFLICT (event_id) DO NOTHING",
+        event_values(memory, action, actor, reason, detail, at, event_id, Jsonb),
     )
 
 

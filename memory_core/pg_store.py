@@ -8,10 +8,8 @@ scope can come back even if an index were stale.
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator
 from typing import Any
 
 import numpy as np
@@ -32,14 +30,12 @@ from memory_core.recall import (
     POSTINGS_BUDGET,
     Recalled,
     RecallQuery,
-    clean_query,
     fuse,
-    query_terms,
 )
 from memory_core.rows import EVENT_COLUMNS, MEMORY_COLUMNS, event_from_row, memory_from_row
 from memory_core.store import ImportResult, ListQuery, Page
+from memory_core.store_base import EmbeddingStore, import_texts, recall_input
 
-MAX_SPACES = 64
 TEXT_KEY = "text_ts_rank"  # Postgres ranks text hits with ts_rank, not BM25
 
 
@@ -51,14 +47,14 @@ async def _configure(conn: AsyncConnection) -> None:
     await conn.commit()
 
 
-class PostgresStore:
+class PostgresStore(EmbeddingStore):
     """`MemoryStore` over a psycopg async pool; embedding runs off the event loop."""
 
     def __init__(
         self, url: str, embedder: Embedder, min_connections: int = 1, max_connections: int = 10
     ) -> None:
         self.url = url
-        self.embedder = embedder
+        super().__init__(embedder)
         self._pool = AsyncConnectionPool(
             url,
             min_size=min_connections,
@@ -67,8 +63,6 @@ class PostgresStore:
             open=False,
             kwargs={"application_name": "memrelay"},
         )
-        self._embed_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memrelay-embed")
-        self.schema_version = 0
         self._common: list[str] = []  # lexemes too common to rank, from pg_stats
         self._common_until = 0.0
 
@@ -99,22 +93,6 @@ class PostgresStore:
         async with self._pool.connection() as conn:
             return await (await conn.execute(sql, params)).fetchall()
 
-    async def embed(self, texts: list[str]) -> np.ndarray:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._embed_pool, self.embedder.embed, texts)
-
-    # -- writes ---------------------------------------------------------------------
-
-    async def add(self, tenant: str, space: str, new: NewMemory, actor: str = "system") -> Memory:
-        return (await self.add_many(tenant, space, [new], actor))[0]
-
-    async def add_many(
-        self, tenant: str, space: str, items: list[NewMemory], actor: str = "system"
-    ) -> list[Memory]:
-        checked = [item.validated() for item in items]
-        vectors = await self.embed([item.content for item in checked])
-        return await self.add_embedded(tenant, space, checked, vectors, actor)
-
     async def add_embedded(
         self,
         tenant: str,
@@ -124,11 +102,7 @@ class PostgresStore:
         actor: str = "system",
     ) -> list[Memory]:
         """Add memories whose embeddings the caller already computed (bulk loads)."""
-        validate_id(tenant, "tenant")
-        validate_id(space, "space")
-        checked = [item.validated() for item in items]
-        if len(vectors) != len(checked) or (len(checked) and vectors.shape[1] != self.embedder.dim):
-            raise InvalidInput("one vector of the embedder's dimension is needed per memory")
+        checked = self.checked_embedded(tenant, space, items, vectors)
         async with self._pool.connection() as conn:
             return [
                 await pg_lifecycle.insert_memory(conn, tenant, space, item, vectors[i], actor)
@@ -190,14 +164,6 @@ class PostgresStore:
         sql, params, limit = list_sql(query, "%s", "seq")
         return Page(*page_of(await self.fetch(sql, params), limit))
 
-    async def find_slot(
-        self, tenant: str, space: str, subject: str, attribute: str
-    ) -> list[Memory]:
-        page = await self.list(
-            ListQuery(tenant, [space], subject=subject, attribute=attribute, limit=20)
-        )
-        return [m for m in page.items if m.subject and m.attribute]
-
     async def find_duplicate(self, tenant: str, space: str, content: str) -> Memory | None:
         validate_id(tenant, "tenant")
         rows = await self.fetch(
@@ -251,17 +217,10 @@ class PostgresStore:
 
     async def recall(self, query: RecallQuery) -> list[Recalled]:
         """Hybrid recall over active memories of one tenant and its read spaces."""
-        validate_id(query.tenant, "tenant")
-        if not query.spaces:
+        prepared = recall_input(query)
+        if prepared is None:
             return []
-        if len(query.spaces) > MAX_SPACES:
-            raise InvalidInput(f"at most {MAX_SPACES} read spaces")
-        for space in query.spaces:
-            validate_id(space, "space")
-        text = clean_query(query.text)
-        terms = query_terms(text) if query.use_text else []
-        if not text or (not terms and not query.use_vector):
-            return []
+        text, terms = prepared
         vector = (await self.embed([text]))[0] if query.use_vector else None
         now = time.time()
         common = await self._common_lexemes() if terms else []
@@ -301,14 +260,6 @@ class PostgresStore:
         self._common, self._common_until = common, now + COMMON_TTL_S
         return common
 
-    async def nearest(
-        self, tenant: str, space: str, text: str, k: int = 5
-    ) -> list[tuple[Memory, float]]:
-        query = RecallQuery(tenant, [space], text, top_k=k, use_text=False)
-        results = await self.recall(query)
-        pairs = [(r.memory, r.breakdown.get("vector_similarity", 0.0)) for r in results]
-        return sorted(pairs, key=lambda pair: pair[1], reverse=True)
-
     # -- transfer -------------------------------------------------------------------
 
     async def export(self, tenant: str) -> AsyncIterator[str]:
@@ -328,26 +279,10 @@ class PostgresStore:
                 memory = memory_from_row(row[1:])
                 yield transfer.export_line(memory, await self.history(tenant, memory.id))
 
-    async def import_lines(self, tenant: str, lines: Iterable[str]) -> ImportResult:
-        """Import JSONL from `export`; keeps ids and history; importing twice changes nothing."""
-        validate_id(tenant, "tenant")
-        result = ImportResult()
-        batch: list[tuple[int, dict[str, Any]]] = []
-        for number, line in enumerate(lines, start=1):
-            record = transfer.parse_line(line, number, result)
-            if record is not None:
-                batch.append((number, record))
-            if len(batch) >= 200:
-                await self._import_batch(tenant, batch, result)
-                batch = []
-        if batch:
-            await self._import_batch(tenant, batch, result)
-        return result
-
     async def _import_batch(
         self, tenant: str, batch: list[tuple[int, dict[str, Any]]], result: ImportResult
     ) -> None:
-        texts = [r["content"] for _, r in batch if r.get("status") == "active" and r.get("content")]
+        texts = import_texts(batch)
         vectors = iter(await self.embed(texts))
         async with self._pool.connection() as conn:
             for number, record in batch:

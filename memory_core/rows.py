@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from memory_core.model import Event, Memory
@@ -16,6 +17,42 @@ MEMORY_COLUMNS = (
     "content_hash, entities"
 )
 EVENT_COLUMNS = "seq, event_id, memory_id, tenant, space, action, actor, reason, at, detail"
+MEMORY_FIELDS = [name.strip() for name in MEMORY_COLUMNS.split(",")]
+JSON_FIELDS = ("provenance", "entities")
+INSERT_EVENT_COLUMNS = "event_id, memory_id, tenant, space, action, actor, reason, at, detail"
+
+
+def memory_values(memory: Memory, encode: Callable[[Any], Any]) -> tuple[Any, ...]:
+    """`memory` as a row in MEMORY_COLUMNS order; `encode` turns lists into the
+    backend's JSON (text for SQLite, jsonb for Postgres)."""
+    return tuple(
+        encode(getattr(memory, name)) if name in JSON_FIELDS else getattr(memory, name)
+        for name in MEMORY_FIELDS
+    )
+
+
+def event_values(
+    memory: Memory,
+    action: str,
+    actor: str,
+    reason: str | None,
+    detail: dict[str, Any] | None,
+    at: float | None,
+    event_id: str | None,
+    encode: Callable[[Any], Any],
+) -> tuple[Any, ...]:
+    """An event row in INSERT_EVENT_COLUMNS order (a fresh id and the time by default)."""
+    return (
+        event_id or uuid.uuid4().hex,
+        memory.id,
+        memory.tenant,
+        memory.space,
+        action,
+        actor,
+        reason,
+        at if at is not None else time.time(),
+        encode(json.loads(json.dumps(detail or {}, sort_keys=True))),
+    )
 
 
 def _json(value: Any, empty: str) -> Any:
@@ -48,20 +85,13 @@ def append_event(
 ) -> None:
     """Record a state change; called inside the transaction that makes the change."""
     conn.execute(
-        "INSERT OR IGNORE INTO events (event_id, memory_id, tenant, space, action, actor, reason,"
-        " at, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            event_id or uuid.uuid4().hex,
-            memory.id,
-            memory.tenant,
-            memory.space,
-            action,
-            actor,
-            reason,
-            at if at is not None else time.time(),
-            json.dumps(detail or {}, sort_keys=True),
-        ),
+        f"INSERT OR IGNORE INTO events ({INSERT_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        event_values(memory, action, actor, reason, detail, at, event_id, _dumps),
     )
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
 
 
 def fetch_memory(conn: Connection, tenant: str, memory_id: str) -> tuple[int, Memory] | None:

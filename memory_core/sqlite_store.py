@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +27,9 @@ from memory_core.recall import (
     CommonTerms,
     Recalled,
     RecallQuery,
-    clean_query,
     fuse,
     knn,
     load_active,
-    query_terms,
     text_search,
 )
 from memory_core.rows import (
@@ -45,13 +42,12 @@ from memory_core.rows import (
 from memory_core.schema import migrate
 from memory_core.sqlite_db import Connection, connect
 from memory_core.store import ImportResult, ListQuery, Page
+from memory_core.store_base import EmbeddingStore, import_texts, recall_input
 from memory_core.threads import ConnectionThreads, transaction
 from memory_core.vector_cache import VectorCache
 
-MAX_SPACES = 64
 
-
-class SQLiteStore:
+class SQLiteStore(EmbeddingStore):
     """Serialised writes, pooled reads, embedding off the event loop."""
 
     def __init__(
@@ -59,12 +55,10 @@ class SQLiteStore:
     ) -> None:
         self.path = Path(path)
         self._cache = VectorCache(embedder.dim) if vector_cache else None
-        self.embedder = embedder
+        super().__init__(embedder)
         self._readers_count = readers
         self._writer: ConnectionThreads | None = None
         self._readers: ConnectionThreads | None = None
-        self._embed_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memrelay-embed")
-        self.schema_version = 0
         self._common = CommonTerms()  # stems too common for BM25, not re-counted each time
 
     @classmethod
@@ -111,10 +105,6 @@ class SQLiteStore:
             raise RuntimeError("the store is not open")
         return await self._readers.run(fn)
 
-    async def embed(self, texts: list[str]) -> np.ndarray:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._embed_pool, self.embedder.embed, texts)
-
     async def checkpoint(self) -> None:
         """Fold the WAL into the database file and truncate it."""
         if self._writer is None:
@@ -122,16 +112,6 @@ class SQLiteStore:
         await self._writer.run(lambda c: c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall())
 
     # -- writes ---------------------------------------------------------------------
-
-    async def add(self, tenant: str, space: str, new: NewMemory, actor: str = "system") -> Memory:
-        return (await self.add_many(tenant, space, [new], actor))[0]
-
-    async def add_many(
-        self, tenant: str, space: str, items: list[NewMemory], actor: str = "system"
-    ) -> list[Memory]:
-        checked = [item.validated() for item in items]
-        vectors = await self.embed([item.content for item in checked])
-        return await self.add_embedded(tenant, space, checked, vectors, actor)
 
     async def add_embedded(
         self,
@@ -142,11 +122,7 @@ class SQLiteStore:
         actor: str = "system",
     ) -> list[Memory]:
         """Add memories whose embeddings the caller already computed (bulk loads)."""
-        validate_id(tenant, "tenant")
-        validate_id(space, "space")
-        checked = [item.validated() for item in items]
-        if len(vectors) != len(checked) or (len(checked) and vectors.shape[1] != self.embedder.dim):
-            raise InvalidInput("one vector of the embedder's dimension is needed per memory")
+        checked = self.checked_embedded(tenant, space, items, vectors)
 
         def write(conn: Connection) -> list[Memory]:
             return [
@@ -221,14 +197,6 @@ class SQLiteStore:
         rows = await self.run_read(lambda conn: conn.execute(sql, params).fetchall())
         return Page(*page_of(rows, limit))
 
-    async def find_slot(
-        self, tenant: str, space: str, subject: str, attribute: str
-    ) -> list[Memory]:
-        page = await self.list(
-            ListQuery(tenant, [space], subject=subject, attribute=attribute, limit=20)
-        )
-        return [m for m in page.items if m.subject and m.attribute]
-
     async def find_duplicate(self, tenant: str, space: str, content: str) -> Memory | None:
         """The active memory of this space with the same text (by content hash), if any."""
         validate_id(tenant, "tenant")
@@ -299,17 +267,10 @@ class SQLiteStore:
 
     async def recall(self, query: RecallQuery) -> list[Recalled]:
         """Hybrid recall over active memories of one tenant and its read spaces."""
-        validate_id(query.tenant, "tenant")
-        if not query.spaces:
+        prepared = recall_input(query)
+        if prepared is None:
             return []
-        if len(query.spaces) > MAX_SPACES:
-            raise InvalidInput(f"at most {MAX_SPACES} read spaces")
-        for space in query.spaces:
-            validate_id(space, "space")
-        text = clean_query(query.text)
-        terms = query_terms(text) if query.use_text else []
-        if not text or (not terms and not query.use_vector):
-            return []
+        text, terms = prepared
         pool = max(query.top_k * 4, 40)
         now = time.time()
         # Full-text search needs no vector: it runs on a reader thread while the query
@@ -349,15 +310,6 @@ class SQLiteStore:
             return knn(conn, query, vector, k)
         return self._cache.search(conn, query.tenant, query.spaces, query.kinds, vector, k)
 
-    async def nearest(
-        self, tenant: str, space: str, text: str, k: int = 5
-    ) -> list[tuple[Memory, float]]:
-        """Active memories of one space nearest in meaning to `text`, with cosine similarity."""
-        query = RecallQuery(tenant, [space], text, top_k=k, use_text=False)
-        results = await self.recall(query)
-        pairs = [(r.memory, r.breakdown.get("vector_similarity", 0.0)) for r in results]
-        return sorted(pairs, key=lambda pair: pair[1], reverse=True)
-
     # -- transfer -------------------------------------------------------------------
 
     async def export(self, tenant: str) -> AsyncIterator[str]:
@@ -373,26 +325,10 @@ class SQLiteStore:
             for line in batch:
                 yield line
 
-    async def import_lines(self, tenant: str, lines: Iterable[str]) -> ImportResult:
-        """Import JSONL from `export`; keeps ids and history; importing twice changes nothing."""
-        validate_id(tenant, "tenant")
-        result = ImportResult()
-        batch: list[tuple[int, dict[str, Any]]] = []
-        for number, line in enumerate(lines, start=1):
-            record = transfer.parse_line(line, number, result)
-            if record is not None:
-                batch.append((number, record))
-            if len(batch) >= 200:
-                await self._import_batch(tenant, batch, result)
-                batch = []
-        if batch:
-            await self._import_batch(tenant, batch, result)
-        return result
-
     async def _import_batch(
         self, tenant: str, batch: list[tuple[int, dict[str, Any]]], result: ImportResult
     ) -> None:
-        texts = [r["content"] for _, r in batch if r.get("status") == "active" and r.get("content")]
+        texts = import_texts(batch)
         vectors = await self.embed(texts)
         await self.run_write(
             lambda conn: transfer.import_records(conn, tenant, batch, vectors, result)
