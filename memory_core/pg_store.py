@@ -313,21 +313,8 @@ async def _import_one(
 ) -> None:
     space, new, options = transfer.imported_fields(record)
     memory = await pg_lifecycle.insert_memory(conn, tenant, space, new, vector, "import", **options)
-    events = record.get("events") or []
-    for event in events:
-        await pg_lifecycle.append_event(
-            conn,
-            memory,
-            event["action"],
-            event.get("actor", "import"),
-            event.get("reason"),
-            event.get("detail") or {},
-            at=event.get("at"),
-            event_id=event.get("event_id"),
-        )
-    await pg_lifecycle.append_event(
-        conn, memory, "imported", "import", detail={"events": len(events)}
-    )
+    for event in transfer.imported_events(record):
+        await pg_lifecycle.append_event(conn, memory, **event)
 
 
 def _recall_sql(

@@ -23,7 +23,7 @@ from memory_core.rows import MEMORY_COLUMNS, memory_from_row
 from memory_core.sqlite_db import Connection
 
 RRF_K = 60
-# Weighted RRF. On LoCoMo (bench/locomo_bench.py, 4 conversations) MiniLM alone finds
+# Weighted RRF. On LoCoMo (bench/locomo.py, 4 conversations) MiniLM alone finds
 # the evidence turn in the top 10 for 53% of questions and BM25 for 70%; equal weights
 # gave 64%, the vector side at 0.3 gave 71.5% (and the best session-level scores).
 VECTOR_WEIGHT = 0.3

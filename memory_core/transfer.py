@@ -130,19 +130,25 @@ def imported_fields(record: dict[str, Any]) -> tuple[str, NewMemory, dict[str, A
     return space, new, options
 
 
+def imported_events(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """`append_event` keyword arguments: the record's history, then `imported`."""
+    events = record.get("events") or []
+    history = [
+        {
+            "action": event["action"],
+            "actor": event.get("actor", "import"),
+            "reason": event.get("reason"),
+            "detail": event.get("detail") or {},
+            "at": event.get("at"),
+            "event_id": event.get("event_id"),
+        }
+        for event in events
+    ]
+    return [*history, {"action": "imported", "actor": "import", "detail": {"events": len(events)}}]
+
+
 def _insert(conn: Connection, tenant: str, record: dict[str, Any], vector: Any) -> None:
     space, new, options = imported_fields(record)
     memory = lifecycle.insert_memory(conn, tenant, space, new, vector, "import", **options)
-    events = record.get("events") or []
-    for event in events:
-        append_event(
-            conn,
-            memory,
-            event["action"],
-            event.get("actor", "import"),
-            event.get("reason"),
-            event.get("detail") or {},
-            at=event.get("at"),
-            event_id=event.get("event_id"),
-        )
-    append_event(conn, memory, "imported", "import", detail={"events": len(events)})
+    for event in imported_events(record):
+        append_event(conn, memory, **event)
