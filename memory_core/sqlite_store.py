@@ -273,9 +273,10 @@ class SQLiteStore(EmbeddingStore):
         text, terms = prepared
         pool = max(query.top_k * 4, 40)
         now = time.time()
-        # Full-text search needs no vector: it runs on a reader thread while the query
-        # is embedded (both release the GIL). The vector search and the SQL guard then
-        # share one snapshot; the guard re-checks every text hit too.
+        # Full-text search needs no vector: it runs on a reader thread while the query is
+        # embedded, and goes on while a second reader scans the vectors (numpy, SQLite
+        # and ONNX all release the GIL, so two cores work). Every candidate then passes
+        # the SQL guard, so the two searches need not share a snapshot.
         text_task = (
             asyncio.ensure_future(
                 self.run_read(lambda c: text_search(c, query, terms, pool, self._common))
@@ -285,6 +286,11 @@ class SQLiteStore(EmbeddingStore):
         )
         try:
             vector = (await self.embed([text]))[0] if query.use_vector else None
+            vector_hits = (
+                await self.run_read(lambda c: self._knn(c, query, vector, pool))
+                if vector is not None
+                else []
+            )
             text_hits = await text_task if text_task is not None else []
         except BaseException:
             if text_task is not None:
@@ -292,13 +298,8 @@ class SQLiteStore(EmbeddingStore):
             raise
 
         def search(conn: Connection) -> list[Recalled]:
-            conn.execute("BEGIN")  # one snapshot for the cache check, the KNN and the guard
-            try:
-                vector_hits = self._knn(conn, query, vector, pool) if vector is not None else []
-                rowids = list({r for r, _ in vector_hits} | {r for r, _ in text_hits})
-                memories = load_active(conn, query, rowids, now)
-            finally:
-                conn.execute("COMMIT")
+            rowids = list({r for r, _ in vector_hits} | {r for r, _ in text_hits})
+            memories = load_active(conn, query, rowids, now)
             return fuse(query, vector_hits, text_hits, memories, now)
 
         return await self.run_read(search)
