@@ -134,7 +134,7 @@ def test_recall_with_breakdown_and_read_spaces(admin):
     seed.add("acme", "kitchen", "The fridge is empty")
     results = client.post("/recall", json={"query": "peanut allergy", "top_k": 5}).json()["data"]
     assert results[0]["memory"]["content"] == "The user is allergic to peanuts"
-    assert "rrf" in results[0]["breakdown"] and results[0]["score"] > 0
+    assert "fused" in results[0]["breakdown"] and results[0]["score"] > 0
     both = client.post(
         "/recall",
         json={"query": "food", "top_k": 5},

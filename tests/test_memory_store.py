@@ -264,7 +264,7 @@ def test_recall_breakdown_explains_score(store, run):
     results = run(store.recall(RecallQuery("acme", ["default"], "push to main review", top_k=3)))
     top = results[0]
     assert top.memory.content == "Never push to main without review"
-    assert {"vector_rank", "vector_similarity", "text_rank", "rrf", "score"} <= set(top.breakdown)
+    assert {"vector_rank", "vector_similarity", "text_rank", "fused", "score"} <= set(top.breakdown)
     assert top.breakdown["severity_factor"] > 1
     assert [r.score for r in results] == sorted((r.score for r in results), reverse=True)
 
