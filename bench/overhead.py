@@ -16,6 +16,7 @@ import random
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -55,14 +56,17 @@ class Process:
 
     def __init__(self, argv: list[str], url: str, ready_path: str, env: dict[str, str]) -> None:
         self.url = url
-        self.log = open(os.devnull, "w")
+        # A file, not a pipe: a pipe nobody reads fills up (64 KiB of warnings under
+        # overload) and the server then blocks on its next log line.
+        self.log_path = Path(tempfile.mkstemp(prefix="memrelay-bench-", suffix=".log")[1])
+        self.log = self.log_path.open("w")
         self.process = subprocess.Popen(
-            argv, env={**os.environ, **env}, stdout=self.log, stderr=subprocess.PIPE
+            argv, env={**os.environ, **env}, stdout=self.log, stderr=subprocess.STDOUT
         )
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                err = self.process.stderr.read().decode()[-3000:] if self.process.stderr else ""
+                err = self.log_path.read_text()[-3000:]
                 raise RuntimeError(f"{argv[0]} exited: {err}")
             try:
                 if httpx.get(url + ready_path, timeout=2).status_code < 500:
@@ -79,6 +83,7 @@ class Process:
         except subprocess.TimeoutExpired:
             self.process.kill()
         self.log.close()
+        self.log_path.unlink(missing_ok=True)
 
 
 def start_fake() -> Process:

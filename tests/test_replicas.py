@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -45,14 +46,16 @@ class Replica:
             MEMRELAY_LOG_LEVEL="warning",
         )
         env.update({f"MEMRELAY_{k.upper()}": str(v) for k, v in settings.items()})
+        # Its log goes to a file: an unread pipe fills up and blocks the server.
+        self.log = tempfile.NamedTemporaryFile(prefix="memrelay-replica-", suffix=".log")
         self.process = subprocess.Popen(
-            [MEMRELAY, "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            [MEMRELAY, "serve"], env=env, stdout=self.log, stderr=subprocess.STDOUT
         )
         self.url = f"http://127.0.0.1:{self.port}"
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"replica exited: {self.process.stderr.read().decode()[-2000:]}")
+                raise RuntimeError(f"replica exited: {Path(self.log.name).read_text()[-2000:]}")
             try:
                 if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
                     return
@@ -80,6 +83,7 @@ class Replica:
                 self.process.wait(20)
             except subprocess.TimeoutExpired:
                 self.process.kill()
+        self.log.close()
 
 
 class OneFactPerExchange:
