@@ -171,3 +171,28 @@ def test_serve_refuses_to_run_open_off_loopback(tmp_path):
     assert "without keys" in output
     assert "no GGUF" in cli("serve", "--model", "/nonexistent.gguf", code=2)
     assert "must start with http" in cli("serve", "--upstream", "ftp://x", code=2)
+
+
+def test_the_same_commands_work_on_postgres(pg_server, embedder, tmp_path, monkeypatch):
+    url = pg_server.new_database("cli")
+    monkeypatch.setenv("MEMRELAY_DB", url)
+    migrated = as_json("migrate")
+    assert migrated["schema_version"] >= 1 and migrated["database"].startswith("postgresql:")
+    added = as_json(
+        "remember", "Never deploy on Fridays", "--kind", "constraint", "--tenant", "acme"
+    )
+    memory_id = added["memory"]["id"]
+    hits = as_json("recall", "can I deploy today?", "--tenant", "acme")
+    assert [h["memory"]["id"] for h in hits] == [memory_id]
+    assert "text_ts_rank" in hits[0]["breakdown"]
+    assert as_json("stats", "--tenant", "acme")["by_status"] == {"active": 1}
+    assert as_json("lint") == []
+    out = tmp_path / "acme.jsonl"
+    cli("export", str(out), "--tenant", "acme")
+    other = pg_server.new_database("cli")
+    assert as_json("import", str(out), "--tenant", "acme", "--db", other)["imported"] == 1
+    as_json("forget", memory_id, "--reason", "asked", "--tenant", "acme")
+    assert as_json("recall", "deploy Fridays", "--tenant", "acme") == []
+    assert "cannot open postgresql:" in cli(
+        "stats", "--db", "postgresql://nobody@127.0.0.1:1/none", code=2
+    )
