@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -110,53 +109,48 @@ async def in_process(db: Any, embedder: Any, count: int, concurrency: int) -> di
 
 def replicas(url: str, embedder: Any, count: int, processes: int, concurrency: int) -> dict:
     """`processes` replica processes (workers only) on one Postgres database."""
-    asyncio.run(_enqueue_to(url, embedder, count))
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "bench.extraction", url, str(concurrency)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(processes)
-    ]
-    try:
-        for proc in procs:  # each loads its model and opens its pool first
-            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        started = time.perf_counter()
-        for proc in procs:
-            assert proc.stdin is not None
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-        counts = asyncio.run(_drain_at(url, embedder, count))
-        elapsed = time.perf_counter() - started
-    finally:
-        for proc in procs:
-            if proc.stdin:
-                proc.stdin.close()
-            proc.wait(60)
-    return _result(count, elapsed, counts)
+    return asyncio.run(_replicas(url, embedder, count, processes, concurrency))
 
 
-async def _enqueue_to(url: str, embedder: Any, count: int) -> None:
-    store = make_store(url, embedder)
+async def _replicas(
+    url: str, embedder: Any, count: int, processes: int, concurrency: int
+) -> dict[str, Any]:
+    store = make_store(url, embedder)  # enqueues, then watches the queue drain
     await store.start()
+    jobs = jobs_for(store)
     try:
-        await enqueue(jobs_for(store), count)
+        await enqueue(jobs, count)
+        procs = [
+            await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "bench.extraction",
+                url,
+                str(concurrency),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+            )
+            for _ in range(processes)
+        ]
+        try:
+            for proc in procs:  # each loads its model and opens its pool first
+                assert proc.stdout is not None
+                assert (await proc.stdout.readline()).strip() == b"ready"
+            started = time.perf_counter()
+            for proc in procs:
+                assert proc.stdin is not None
+                proc.stdin.write(b"go\n")
+                await proc.stdin.drain()
+            counts = await drain(jobs, count)
+            elapsed = time.perf_counter() - started
+        finally:
+            for proc in procs:
+                if proc.stdin:
+                    proc.stdin.close()
+                await asyncio.wait_for(proc.wait(), 60)
     finally:
         await store.close()
-
-
-async def _drain_at(url: str, embedder: Any, count: int) -> dict[str, int]:
-    from memory_core.pg_jobs import PostgresJobs
-    from memory_core.pg_store import PostgresStore
-
-    store = PostgresStore(url, embedder)  # no start(): no migration or model warm-up
-    await store._pool.open(wait=True)
-    try:
-        return await drain(PostgresJobs(store), count)
-    finally:
-        await store._pool.close()
+    return _result(count, elapsed, counts)
 
 
 def _result(count: int, elapsed: float, counts: dict[str, int]) -> dict[str, Any]:

@@ -188,7 +188,8 @@ class VectorCache:
         vector: np.ndarray,
         k: int,
     ) -> list[tuple[int, float]]:
-        """KNN for one tenant; call inside a read transaction for a consistent snapshot."""
+        """KNN for one tenant, brought up to date from the event feed first; callers pass
+        every hit through the SQL guard, so no snapshot is shared with other searches."""
         vectors = self._current(conn, tenant)
         with vectors.lock:
             return vectors.search(vector, spaces, kinds, k)
