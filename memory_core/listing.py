@@ -45,9 +45,12 @@ def list_sql(query: ListQuery, mark: str, key: str) -> tuple[str, list[Any], int
         params.append(query.created_before)
     if query.cursor:
         try:
-            params.append(int(query.cursor))
+            position = int(query.cursor)
         except ValueError as exc:
             raise InvalidInput(f"bad cursor {query.cursor!r}") from exc
+        if not 0 <= position < 2**63:  # a database integer; past it SQLite overflows
+            raise InvalidInput(f"bad cursor {query.cursor[:32]!r}")
+        params.append(position)
         sql += f" AND {key} < {mark}"
     limit = max(1, min(query.limit, MAX_LIMIT))
     sql += f" ORDER BY {key} DESC LIMIT {mark}"

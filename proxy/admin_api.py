@@ -1,13 +1,17 @@
 """The admin REST API under /memrelay/v1: see, correct and control what is remembered.
 
-Scoped by the same X-Memrelay-* headers as the proxy (and bound to keys by the auth
-middleware). Every operation is the library's: `memory_core` for memories and events,
-`extraction.Reconciler` for remember, the job queue for jobs.
+Scoped by the identity the edge decided (proxy/identity.py): the same X-Memrelay-*
+headers as the proxy, parsed once and bound to keys there; nothing here reads a header.
+Every operation is the library's: `memory_core` for memories and events,
+`extraction.Reconciler` for remember, the job queue for jobs. Every error is the OpenAI
+shape with a string `code`; bodies are bounded (import is spooled to a capped file first,
+so a refused import writes nothing); a full disk is a 507 naming it.
 """
 
 from __future__ import annotations
 
-import json
+import math
+import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -26,14 +30,22 @@ from memory_core.recall import RecallQuery
 from memory_core.store import ListQuery, MemoryStore
 from proxy.admin_models import ForgetBody, RecallBody, RememberBody
 from proxy.hooks import RequestRejected
-from proxy.scoping import MemoryScope, scope_from_headers
+from proxy.identity import identity_of
+from proxy.json_input import BadJSON, loads
+from proxy.scoping import MemoryScope
 from proxy.settings import Settings
+from proxy.storage import storage_full
 
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def error(status: int, message: str, type_: str, details: Any = None) -> JSONResponse:
-    body: dict[str, Any] = {"error": {"message": message, "type": type_, "code": status}}
+def error(
+    status: int, message: str, type_: str, code: str, details: Any = None, param: Any = None
+) -> JSONResponse:
+    """The OpenAI error shape, as the proxy sends it (string `code`)."""
+    body: dict[str, Any] = {
+        "error": {"message": message, "type": type_, "param": param, "code": code}
+    }
     if details is not None:
         body["error"]["details"] = details
     return JSONResponse(body, status_code=status)
@@ -43,6 +55,10 @@ class Unprocessable(Exception):
     def __init__(self, message: str, details: Any = None) -> None:
         super().__init__(message)
         self.details = details
+
+
+class TooLarge(Exception):
+    """The request body passed its limit while being read."""
 
 
 def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
@@ -63,9 +79,21 @@ def _float(request: Request, name: str) -> float | None:
     if raw is None:
         return None
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError as exc:
         raise Unprocessable(f"query parameter {name!r} must be a number") from exc
+    if not math.isfinite(value):
+        raise Unprocessable(f"query parameter {name!r} must be a finite number")
+    return value
+
+
+def _cursor(request: Request) -> str | None:
+    raw = request.query_params.get("cursor")
+    if raw is None or raw == "":
+        return None
+    if not raw.isascii() or not raw.isdigit() or int(raw) >= 2**63:
+        raise RequestRejected(400, "query parameter 'cursor' must be a next_cursor from this API")
+    return raw
 
 
 def _choices(request: Request, name: str, allowed: tuple[str, ...]) -> list[str] | None:
@@ -109,37 +137,61 @@ class AdminAPI:
             try:
                 return await fn(request)
             except RequestRejected as exc:
-                return error(exc.status, exc.message, "invalid_request_error")
+                return error(exc.status, exc.message, "invalid_request_error", "invalid_request")
+            except BadJSON as exc:
+                return error(400, str(exc), "invalid_request_error", "invalid_json")
+            except TooLarge as exc:
+                return error(413, str(exc), "invalid_request_error", "body_too_large")
             except Unprocessable as exc:
-                return error(422, str(exc), "validation_error", exc.details)
+                return error(
+                    422, str(exc), "invalid_request_error", "validation_error", exc.details
+                )
             except ValidationError as exc:
                 details = [
                     {"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]}
                     for e in exc.errors()
                 ]
-                return error(422, "request body is invalid", "validation_error", details)
+                return error(
+                    422,
+                    "request body is invalid",
+                    "invalid_request_error",
+                    "validation_error",
+                    details,
+                )
             except NotFound as exc:
-                return error(404, str(exc), "not_found")
+                return error(404, str(exc), "invalid_request_error", "not_found")
             except InvalidTransition as exc:
-                return error(409, str(exc), "conflict")
+                return error(409, str(exc), "invalid_request_error", "conflict")
             except InvalidInput as exc:
-                return error(400, str(exc), "invalid_request_error")
+                return error(400, str(exc), "invalid_request_error", "invalid_input")
+            except Exception as exc:
+                if storage_full(exc):
+                    return error(
+                        507,
+                        "the memory database's disk is full; nothing was written",
+                        "server_error",
+                        "storage_full",
+                    )
+                raise
 
         handler.__name__ = fn.__name__
         return handler
 
     def _scope(self, request: Request) -> MemoryScope:
-        headers = {k.lower(): v for k, v in request.headers.items()}
-        return scope_from_headers(
-            headers, self.settings.default_tenant, self.settings.max_read_spaces
-        )
+        return identity_of(request.scope).memory
+
+    async def _read(self, request: Request, limit: int) -> AsyncIterator[bytes]:
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise TooLarge(f"request body exceeds {limit} bytes")
+            yield chunk
 
     async def _body(self, request: Request, model: type[BaseModel]) -> Any:
-        raw = await request.body()
-        try:
-            data = json.loads(raw or b"{}")
-        except ValueError as exc:
-            raise RequestRejected(400, f"request body is not valid JSON: {exc}") from exc
+        limit = self.settings.admin_max_body_bytes
+        raw = b"".join([chunk async for chunk in self._read(request, limit)])
+        data = loads(raw or b"{}")
         if not isinstance(data, dict):
             raise Unprocessable("request body must be a JSON object")
         return model.model_validate(data)
@@ -193,7 +245,7 @@ class AdminAPI:
             created_after=_float(request, "created_after"),
             created_before=_float(request, "created_before"),
             limit=_int(request, "limit", 50, 1, 1000),
-            cursor=request.query_params.get("cursor"),
+            cursor=_cursor(request),
         )
         page = await self.store.list(query)
         return JSONResponse(
@@ -211,9 +263,10 @@ class AdminAPI:
 
     async def forget(self, request: Request) -> Response:
         scope = self._scope(request)
-        reason = request.query_params.get("reason") or "forgotten through the admin API"
+        # Fixed words and ids only: a reason never carries what the user wanted gone.
+        reason = f"forgotten through the admin API (request {_request_id(request)})"
         memory = await self.store.forget(
-            scope.tenant, request.path_params["memory_id"], reason[:500], actor="admin"
+            scope.tenant, request.path_params["memory_id"], reason, actor="admin"
         )
         return JSONResponse(memory.as_dict())
 
@@ -255,8 +308,10 @@ class AdminAPI:
         )
         matches = [r.memory for r in results]
         if not body.dry_run:
+            # Fixed words and ids only: the query says what was secret, so it is not kept.
+            reason = f"forgotten by query through the admin API (request {_request_id(request)})"
             for memory in matches:
-                await self.store.forget(scope.tenant, memory.id, body.reason, actor="admin")
+                await self.store.forget(scope.tenant, memory.id, reason, actor="admin")
         return JSONResponse(
             {
                 "dry_run": body.dry_run,
@@ -295,9 +350,10 @@ class AdminAPI:
         )
 
     async def import_(self, request: Request) -> Response:
+        """The body is spooled (memory, then a temporary file) up to the import cap before
+        any line is imported, so an import refused for its size writes nothing."""
         scope = self._scope(request)
-        totals = {"imported": 0, "skipped": 0, "errors": []}
-        buffer = b""
+        totals: dict[str, Any] = {"imported": 0, "skipped": 0, "errors": []}
         batch: list[str] = []
 
         async def flush() -> None:
@@ -307,14 +363,14 @@ class AdminAPI:
             totals["errors"].extend(result.errors[: 100 - len(totals["errors"])])
             batch.clear()
 
-        async for chunk in request.stream():
-            buffer += chunk
-            *complete, buffer = buffer.split(b"\n")
-            batch.extend(line.decode("utf-8", "replace") for line in complete)
-            if len(batch) >= 500:
-                await flush()
-        if buffer.strip():
-            batch.append(buffer.decode("utf-8", "replace"))
+        with tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024) as spool:
+            async for chunk in self._read(request, self.settings.import_max_bytes):
+                spool.write(chunk)
+            spool.seek(0)
+            for line in spool:
+                batch.append(line.decode("utf-8", "replace").rstrip("\n"))
+                if len(batch) >= 500:
+                    await flush()
         await flush()
         return JSONResponse(totals)
 
@@ -337,3 +393,7 @@ class AdminAPI:
         scope = self._scope(request)
         job = await self.jobs.retry(scope.tenant, request.path_params["job_id"])
         return JSONResponse(job.as_dict())
+
+
+def _request_id(request: Request) -> str:
+    return str(getattr(request.state, "memrelay_request_id", "") or "-")

@@ -1,4 +1,5 @@
-"""Request bodies of the admin API: strict (unknown fields and wrong types are 422)."""
+"""Request bodies of the admin API: strict (unknown fields, wrong types and non-finite
+numbers are 422)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ KindName = Literal["fact", "preference", "constraint", "error", "goal", "note"]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class RememberBody(Strict):
@@ -37,4 +38,3 @@ class ForgetBody(Strict):
     min_similarity: float = Field(
         default=0.5, ge=-1, le=1, description="Only memories at least this close are forgotten."
     )
-    reason: str = Field(default="forgotten by query", max_length=500)

@@ -2,29 +2,53 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import signal
 from collections.abc import AsyncIterator
 from typing import Protocol
 
 import httpx
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import BaseRoute, Route
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Match, Route
+from starlette.types import Scope
 
 from proxy.auth import AuthMiddleware
 from proxy.background import TaskSet
 from proxy.chat import ChatCompletions
+from proxy.errors import error_body
 from proxy.hooks import ChatInterceptor
 from proxy.keys import KeyStore
 from proxy.metrics import Metrics
 from proxy.passthrough import Passthrough
+from proxy.paths import MEMRELAY
 from proxy.settings import Settings
 from proxy.timing import TimingMiddleware
 from proxy.upstream import Upstream
 
 log = logging.getLogger("memrelay.app")
+
+
+def watch_sighup(keys: KeyStore) -> None:
+    """SIGHUP re-reads the keys file (edits are also noticed without it)."""
+    if keys.path is None or not hasattr(signal, "SIGHUP"):
+        return
+
+    def reload() -> None:
+        try:
+            keys.reload()
+            log.info("keys file reloaded on SIGHUP")
+        except ValueError as exc:
+            log.warning("SIGHUP: keys file not reloaded, keeping the old keys: %s", exc)
+
+    try:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload)
+    except (RuntimeError, ValueError, NotImplementedError):
+        log.debug("SIGHUP not watched (not the main thread); file edits still reload keys")
 
 
 class Resource(Protocol):
@@ -33,6 +57,35 @@ class Resource(Protocol):
     async def start(self) -> None: ...
 
     async def close(self) -> None: ...
+
+
+class ForwardedRoute(Route):
+    """The pass-through route: matches every path the edge let through, except memrelay's
+    own, so an unknown /memrelay path is a 404 and a wrong method on one a 405."""
+
+    def __init__(self, app: Passthrough) -> None:
+        super().__init__("/{path:path}", app)
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        if scope["type"] != "http" or scope["path"].startswith(MEMRELAY):
+            return Match.NONE, {}
+        return super().matches(scope)
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own 404 and 405 in the OpenAI error shape."""
+    assert isinstance(exc, HTTPException)
+    code = {404: "route_not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    message = {
+        404: f"no route {request.url.path}",
+        405: f"{request.method} is not allowed on {request.url.path}",
+    }.get(exc.status_code, str(exc.detail))
+    return Response(
+        error_body(message, "invalid_request_error", code),
+        status_code=exc.status_code,
+        headers=dict(exc.headers or {}),
+        media_type="application/json",
+    )
 
 
 def create_app(
@@ -47,6 +100,7 @@ def create_app(
     """Build the ASGI app; `interceptors` plug memory into chat completions, `resources`
     are started in order before the first request and closed in reverse after the last."""
     upstream = Upstream(settings, upstream_client)
+    key_store = keys or KeyStore(None)
     tasks = TaskSet()
     chat = ChatCompletions(upstream, list(interceptors or []), tasks, metrics)
     passthrough = Passthrough(upstream, metrics)
@@ -69,6 +123,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         started: list[Resource] = []
+        watch_sighup(key_store)
         try:
             for resource in resources or []:
                 await resource.start()
@@ -86,14 +141,13 @@ def create_app(
             Route("/memrelay/readyz", readyz, methods=["GET"]),
             *(routes or []),
             Route("/v1/chat/completions", chat, methods=["POST"]),
-            Route("/{path:path}", passthrough),
+            ForwardedRoute(passthrough),
         ],
         lifespan=lifespan,
+        exception_handlers={404: http_error, 405: http_error},
     )
     app.state.settings = settings
     app.state.upstream = upstream
     app.state.tasks = tasks
-    guarded = AuthMiddleware(
-        app, keys or KeyStore(None), settings.default_tenant, settings.upstream_api_key
-    )
+    guarded = AuthMiddleware(app, key_store, settings)
     return TimingMiddleware(guarded, metrics)

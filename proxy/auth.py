@@ -1,83 +1,167 @@
-"""Pure ASGI middleware binding requests to keys, and keys to tenants.
+"""The edge: one pure-ASGI middleware that decides who a request is, before anything else.
 
-With no keys configured memrelay runs open (the CLI refuses that off loopback). With
-keys, every /v1 and /memrelay/v1 request needs one: in `X-Memrelay-Key`, or, when
-memrelay holds its own upstream key, as the client's `Authorization: Bearer`, which is
-then replaced by the upstream key before forwarding. A missing or unknown key is a 401,
-a tenant outside the key's list a 403. Keys are never logged or echoed.
+In one pass it normalises the path, bounds the headers (431) and the declared body
+(413), parses the memrelay headers once (a repeated one, a repeated Authorization or an
+unknown X-Memrelay-* header is a 400), checks the key (401) and the tenant it is bound
+to (403), refuses paths that are neither memrelay's nor on the pass-through list (404),
+then removes every X-Memrelay-* header from the scope and stores the frozen decision,
+an `Identity`, in `scope["state"]` (see proxy/identity.py). Keys are never logged.
+
+With no keys file memrelay runs open (the CLI refuses that off loopback). With one,
+every request needs a live key, whatever its path (only the liveness and readiness
+probes are exempt): in `X-Memrelay-Key`, or as `Authorization: Bearer` when memrelay
+holds its own upstream key (which then replaces it) or on memrelay's own routes.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 
-from proxy.asgi import ASGIApp, Receive, Scope, Send, header_value
+from proxy.asgi import ASGIApp, Receive, Scope, Send
 from proxy.errors import send_error
+from proxy.identity import STATE_KEY, BadRequestHeaders, Identity, parse_headers
 from proxy.keys import KeyStore
+from proxy.paths import (
+    CHAT,
+    MEMRELAY,
+    OWN,
+    PUBLIC,
+    canonical,
+    may_pass_through,
+    parse_extras,
+    raw_form,
+)
+from proxy.settings import Settings
 
 log = logging.getLogger("memrelay.auth")
-PROTECTED = ("/v1/", "/memrelay/v1/")
-_BEARER = re.compile(rb"^\s*bearer\s+(\S+)\s*$", re.IGNORECASE)
+IMPORT = "/memrelay/v1/import"
+BODY_LIMIT = "memrelay_body_limit"
+
+
+def body_limit(settings: Settings, method: str, path: str) -> int | None:
+    """Largest body memrelay accepts on this route; None for pass-through (streamed)."""
+    if path == CHAT and method == "POST":
+        return settings.max_body_bytes
+    if path == IMPORT:
+        return settings.import_max_bytes
+    if path.startswith(MEMRELAY) or path in OWN:
+        return settings.admin_max_body_bytes
+    return None
 
 
 class AuthMiddleware:
-    def __init__(
-        self, app: ASGIApp, keys: KeyStore, default_tenant: str, upstream_api_key: str | None
-    ) -> None:
+    def __init__(self, app: ASGIApp, keys: KeyStore, settings: Settings) -> None:
         self.app = app
         self.keys = keys
-        self.default_tenant = default_tenant
-        self.upstream_api_key = upstream_api_key
+        self.settings = settings
+        self.extras = parse_extras(settings.passthrough_extra_paths)
+        self.upstream_auth = (
+            b"Bearer " + settings.upstream_api_key.encode() if settings.upstream_api_key else None
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith(PROTECTED):
+        if scope["type"] != "http":
+            if scope["type"] == "websocket":  # memrelay serves no websockets
+                await send({"type": "websocket.close", "code": 1008})
+                return
             await self.app(scope, receive, send)
             return
-        if not self.keys.enabled:
-            if self.upstream_api_key:
-                self._set_upstream_key(scope)
-            await self.app(scope, receive, send)
-            return
-        presented = header_value(scope, b"x-memrelay-key")
-        if presented is None and self.upstream_api_key:
-            match = _BEARER.match(header_value(scope, b"authorization") or b"")
-            presented = match.group(1) if match else None
-        record = self.keys.check(presented.decode("latin-1")) if presented else None
-        if record is None:
-            log.info("rejected a request with a missing or unknown key")
+        raw_headers = scope["headers"]
+        size = sum(len(k) + len(v) for k, v in raw_headers)
+        if size > self.settings.max_header_bytes:
             await send_error(
                 send,
-                401,
-                "missing or invalid memrelay key (X-Memrelay-Key)",
-                "authentication_error",
-                "invalid_memrelay_key",
+                431,
+                f"request headers are {size} bytes; at most {self.settings.max_header_bytes}",
+                code="headers_too_large",
             )
             return
-        tenant_raw = header_value(scope, b"x-memrelay-tenant")
-        tenant = (
-            tenant_raw.decode("latin-1").strip() if tenant_raw is not None else self.default_tenant
-        )
-        needs_tenant = (
-            scope["path"].startswith("/memrelay/v1/") or scope["path"] == "/v1/chat/completions"
-        )
-        if needs_tenant and not record.allows(tenant):
-            log.info("key %s refused for a tenant it is not bound to", record.id)
+        path = canonical(scope["path"])
+        method = scope["method"]
+        try:
+            parsed = parse_headers(
+                raw_headers, self.settings.default_tenant, self.settings.max_read_spaces
+            )
+        except BadRequestHeaders as exc:
+            await send_error(send, 400, exc.message, code=exc.code, param=exc.param)
+            return
+        own = path.startswith(MEMRELAY) or path in OWN or (path == CHAT and method == "POST")
+        record = None
+        if self.keys.enforced and path not in PUBLIC:
+            presented = parsed.key
+            if presented is None and (self.upstream_auth is not None or own):
+                presented = parsed.bearer
+            record = self.keys.check(presented)
+            if record is None:
+                log.info("rejected a request with a missing or unknown key")
+                await send_error(
+                    send,
+                    401,
+                    "missing or invalid memrelay key (X-Memrelay-Key)",
+                    "authentication_error",
+                    "invalid_memrelay_key",
+                )
+                return
+            needs_tenant = path == CHAT or path.startswith(MEMRELAY) or parsed.tenant_given
+            if needs_tenant and not record.allows(parsed.memory.tenant):
+                log.info("key %s refused for a tenant it is not bound to", record.id)
+                await send_error(
+                    send,
+                    403,
+                    "this key may not use that tenant",
+                    "permission_error",
+                    "tenant_not_allowed",
+                    param="X-Memrelay-Tenant",
+                )
+                return
+        if not own and not may_pass_through(path, self.extras):
             await send_error(
                 send,
-                403,
-                "this key may not use that tenant",
-                "permission_error",
-                "tenant_not_allowed",
-                param="X-Memrelay-Tenant",
+                404,
+                f"no route {path}: memrelay forwards /v1/* and the paths named in "
+                "MEMRELAY_PASSTHROUGH_EXTRA_PATHS",
+                code="route_not_found",
             )
             return
-        scope.setdefault("state", {})["memrelay_key_id"] = record.id
-        if self.upstream_api_key:
-            self._set_upstream_key(scope)
+        limit = body_limit(self.settings, method, path)
+        if limit is not None:
+            declared = _content_length(parsed.kept)
+            if declared == -1:
+                await send_error(send, 400, "Content-Length is not a number", code="bad_length")
+                return
+            if declared is not None and declared > limit:
+                await send_error(
+                    send,
+                    413,
+                    f"request body of {declared} bytes exceeds {limit} bytes",
+                    code="body_too_large",
+                )
+                return
+        headers = parsed.kept
+        if self.upstream_auth is not None:
+            headers = [(k, v) for k, v in headers if k.lower() != b"authorization"]
+            headers.append((b"authorization", self.upstream_auth))
+        state = scope.setdefault("state", {})
+        state[STATE_KEY] = Identity(
+            key_id=record.id if record else None,
+            admin=record.admin if record else False,
+            memory=parsed.memory,
+            tenant_given=parsed.tenant_given,
+        )
+        state[BODY_LIMIT] = limit
+        scope["headers"] = headers
+        if path != scope["path"] or scope.get("raw_path") != path.encode("utf-8", "replace"):
+            scope["path"] = path
+            scope["raw_path"] = raw_form(path)
         await self.app(scope, receive, send)
 
-    def _set_upstream_key(self, scope: Scope) -> None:
-        headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"authorization"]
-        headers.append((b"authorization", b"Bearer " + self.upstream_api_key.encode()))  # type: ignore[union-attr]
-        scope["headers"] = headers
+
+def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
+    """The declared body size; None if absent, -1 if malformed or repeated."""
+    found = None
+    for name, value in headers:
+        if name.lower() == b"content-length":
+            if found is not None or not value.strip().isdigit():
+                return -1
+            found = int(value)
+    return found

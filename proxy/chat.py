@@ -16,8 +16,11 @@ from proxy.errors import send_error
 from proxy.exchange import Exchange, assemble_json
 from proxy.headers import replace_header, request_headers_for_upstream
 from proxy.hooks import ChatContext, ChatInterceptor, RequestRejected
+from proxy.identity import identity_of
+from proxy.json_input import BadJSON, parse_chat_body
 from proxy.metrics import Metrics
 from proxy.relay import DecodingTap, relay_response
+from proxy.scoping import SCOPE_KEY
 from proxy.sse import StreamAssembler
 from proxy.timing import mark_upstream_start, request_id
 from proxy.upstream import Upstream, UpstreamError
@@ -66,6 +69,7 @@ class ChatCompletions:
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         ctx = ChatContext(request_id=request_id(scope), headers=headers, body=body)
+        ctx.state[SCOPE_KEY] = identity_of(scope).memory  # decided once, at the edge
         try:
             for interceptor in self.interceptors:
                 await interceptor.before(ctx)
@@ -169,15 +173,7 @@ class ChatCompletions:
 
 def _parse_body(raw: bytes) -> dict[str, Any] | str:
     """The request as a dict, or a message saying what is wrong with it."""
-    if not raw.strip():
-        return "request body is empty; expected a JSON object"
     try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        return f"request body is not valid JSON: {exc}"
-    if not isinstance(body, dict):
-        return "request body must be a JSON object"
-    messages = body.get("messages")
-    if not isinstance(messages, list):
-        return "'messages' is required and must be a list"
-    return body
+        return parse_chat_body(raw)
+    except BadJSON as exc:
+        return str(exc)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import os
 import secrets
 import tempfile
@@ -18,6 +19,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 KEY_PREFIX = "mr_"
+RELOAD_EVERY = 0.25  # seconds between looks at the file: revocation lands within a second
+log = logging.getLogger("memrelay.keys")
+
+
+class KeysFileMissing(ValueError):
+    """`serve` was given a keys file that does not exist."""
 
 
 @dataclass
@@ -44,22 +51,73 @@ def digest(key: str) -> str:
 
 
 class KeyStore:
-    """Keys read from a JSON file; an empty or missing file means memrelay runs open."""
+    """Keys read from a JSON file. With no file memrelay runs open; with one, every request
+    needs a live key from it, even while it holds none (then every request is refused).
 
-    def __init__(self, path: Path | None) -> None:
+    The file is watched: an edit (or `reload()`, which SIGHUP calls) takes effect within
+    RELOAD_EVERY seconds, without a restart. A file that cannot be read mid-edit keeps the
+    keys last read; a file that disappears leaves no key valid.
+    """
+
+    def __init__(self, path: Path | None, *, must_exist: bool = False) -> None:
         self.path = path
+        if must_exist and path is not None and not path.is_file():
+            raise KeysFileMissing(
+                f"keys file {path} does not exist; create it with "
+                f"`memrelay keys create --keys-file {path} --tenant NAME`"
+            )
         self.records: list[KeyRecord] = []
+        self._seen: tuple[int, int, int] | None = None
+        self._next_look = 0.0
         self.reload()
 
+    @property
+    def enforced(self) -> bool:
+        """Whether requests need a key: whenever a keys file is configured."""
+        return self.path is not None
+
+    def _signature(self) -> tuple[int, int, int] | None:
+        try:
+            st = self.path.stat()  # type: ignore[union-attr]
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
     def reload(self) -> None:
-        self.records = []
-        if self.path is None or not self.path.exists():
+        """Read the file now; raises ValueError if it is not a valid keys file."""
+        if self.path is None:
+            return
+        signature = self._signature()
+        if signature is None:
+            self.records, self._seen = [], None
             return
         try:
             data = json.loads(self.path.read_text() or "[]")
         except ValueError as exc:
             raise ValueError(f"keys file {self.path} is not valid JSON: {exc}") from exc
-        self.records = [KeyRecord(**entry) for entry in data]
+        if not isinstance(data, list) or not all(isinstance(e, dict) for e in data):
+            raise ValueError(f"keys file {self.path} must hold a JSON list of key objects")
+        try:
+            self.records = [KeyRecord(**entry) for entry in data]
+        except TypeError as exc:
+            raise ValueError(f"keys file {self.path} has a malformed key: {exc}") from exc
+        self._seen = signature
+
+    def refresh(self) -> None:
+        """Reload if the file changed since last read (looked at most every RELOAD_EVERY s)."""
+        if self.path is None:
+            return
+        now = time.monotonic()
+        if now < self._next_look:
+            return
+        self._next_look = now + RELOAD_EVERY
+        if self._signature() == self._seen:
+            return
+        try:
+            self.reload()
+            log.info("keys file reloaded: %d live keys", sum(not r.revoked for r in self.records))
+        except (OSError, ValueError) as exc:
+            log.warning("keys file changed but could not be read; keeping the old keys: %s", exc)
 
     @property
     def enabled(self) -> bool:
@@ -67,6 +125,7 @@ class KeyStore:
 
     def check(self, key: str | None) -> KeyRecord | None:
         """The live record of `key`, comparing hashes in constant time; None if unknown."""
+        self.refresh()
         if not key:
             return None
         candidate = digest(key)

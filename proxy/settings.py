@@ -104,6 +104,21 @@ class Settings(BaseSettings):
         default=None, description="Another local fastembed model folder (384-d MiniLM default)."
     )
     log_level: str = "info"
+    passthrough_extra_paths: str = Field(
+        default="",
+        description="Comma-separated routes outside /v1/ forwarded to the upstream, e.g. "
+        "/health,/props,/tokenize,/detokenize,/completion,/slots (llama.cpp, vLLM). "
+        "Anything else outside /v1/ is a 404.",
+    )
+    max_header_bytes: int = Field(
+        default=32 * 1024, ge=1024, description="All request headers together; past it a 431."
+    )
+    admin_max_body_bytes: int = Field(
+        default=1024 * 1024, gt=0, description="Largest admin API request body (import aside)."
+    )
+    import_max_bytes: int = Field(
+        default=256 * 1024 * 1024, gt=0, description="Largest admin import body (streamed)."
+    )
 
     @field_validator("ignore_patterns")
     @classmethod
@@ -123,4 +138,12 @@ class Settings(BaseSettings):
         value = value.strip()
         if not value.startswith(("http://", "https://")):
             raise ValueError("upstream URL must start with http:// or https://")
+        return value
+
+    @field_validator("passthrough_extra_paths")
+    @classmethod
+    def _check_extras(cls, value: str) -> str:
+        from proxy.paths import parse_extras
+
+        parse_extras(value)
         return value

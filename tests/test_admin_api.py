@@ -111,15 +111,16 @@ def test_list_filters_paging_and_get(admin):
 def test_forget_by_id_history_and_events(admin):
     client, seed = admin
     memory = seed.add("acme", "default", "Temporary door code 1234")
-    forgotten = client.delete(f"/memories/{memory.id}", params={"reason": "rotated"})
+    forgotten = client.delete(f"/memories/{memory.id}", params={"reason": "door code 1234"})
     assert forgotten.status_code == 200
     assert forgotten.json()["status"] == "forgotten" and forgotten.json()["content"] is None
     assert client.delete(f"/memories/{memory.id}").status_code == 409
     assert client.delete("/memories/mem_nope").status_code == 404
     history = client.get(f"/memories/{memory.id}/history").json()["data"]
-    assert [e["action"] for e in history] == ["added", "forgotten"] and history[1][
-        "reason"
-    ] == "rotated"
+    assert [e["action"] for e in history] == ["added", "forgotten"]
+    # The reason is fixed words and the request id: never what the caller wanted gone.
+    assert history[1]["reason"].startswith("forgotten through the admin API (request ")
+    assert "1234" not in json.dumps(history)
     assert client.get("/memories/mem_nope/history").status_code == 404
     feed = client.get("/events", params={"since": 0, "limit": 1}).json()
     assert len(feed["data"]) == 1
@@ -160,10 +161,18 @@ def test_forget_by_query_dry_run_then_real(admin):
             "query": "old address Elm Street",
             "min_similarity": 0.4,
             "dry_run": False,
-            "reason": "moved",
         },
     )
     assert len(real.json()["forgotten"]) == 1
+    forgotten_id = real.json()["forgotten"][0]["id"]
+    history = client.get(f"/memories/{forgotten_id}/history").json()["data"]
+    events = client.get("/events", params={"since": 0}).json()["data"]
+    export = client.get("/export").text
+    for record in (json.dumps(history), json.dumps(events), export):
+        assert "Elm" not in record and "old address" not in record
+    assert history[-1]["reason"].startswith("forgotten by query through the admin API")
+    with_reason = {"query": "painting", "dry_run": False, "reason": "my PIN is 4711"}
+    assert client.post("/forget", json=with_reason).status_code == 422
     assert [m["id"] for m in client.get("/memories").json()["data"]] == [keep.id]
 
 
