@@ -2,7 +2,10 @@
 
 Memories become at most two marked blocks: constraints (rules, and mistakes to avoid)
 and context (background facts). Each memory is one sanitised line, so no memory can
-open a new instruction, close a block early, or blow the character budget.
+open a new instruction, close a block early, or blow the character budget. Text is NFKC
+normalised first, so full-width or other look-alike brackets are matched as the markers
+they imitate, and chat-template special tokens (`<|im_start|>`, `</s>`, `[INST]`, ...)
+are removed, so a memory cannot end the system turn and open a new one.
 """
 
 from __future__ import annotations
@@ -16,7 +19,19 @@ from memory_core.model import Memory
 
 CONSTRAINTS_OPEN, CONSTRAINTS_CLOSE = "[memrelay:constraints]", "[/memrelay:constraints]"
 CONTEXT_OPEN, CONTEXT_CLOSE = "[memrelay:context]", "[/memrelay:context]"
-_MARKER = re.compile(r"\[\s*/?\s*memrelay\s*:", re.IGNORECASE)
+# Any `memrelay:` inside a memory is defused, whatever bracket (or look-alike) precedes it.
+_MARKER = re.compile(r"(\[\s*/?\s*)?memrelay\s*:", re.IGNORECASE)
+# Chat-template control tokens of the common families (ChatML, Llama 2/3, Gemma, Mistral,
+# DeepSeek after NFKC, Phi, tool and thinking tags), case-insensitive.
+_SPECIAL = re.compile(
+    r"<\|[^<>|\n]{0,64}\|>"  # <|im_start|> <|eot_id|> <|start_header_id|> <|endoftext|>
+    r"|</?\s*s\s*>"  # <s> </s>
+    r"|\[\s*/?\s*(?:INST|SYS|AVAILABLE_TOOLS|TOOL_CALLS|TOOL_RESULTS|SYSTEM_PROMPT)\s*\]"
+    r"|<<\s*/?\s*SYS\s*>>"
+    r"|<\s*/?\s*(?:start_of_turn|end_of_turn|bos|eos|pad|unk|eot|tool_call|tool_response"
+    r"|think|begin_of_text|end_of_text|\|?(?:begin|end)[_▁]of[_▁]sentence\|?)\s*>",
+    re.IGNORECASE,
+)
 _BLOCK = re.compile(
     r"\[memrelay:(constraints|context)\].*?(\[/memrelay:\1\]|\Z)", re.DOTALL | re.IGNORECASE
 )
@@ -31,15 +46,22 @@ class Injection:
 
 
 def sanitise(text: str, max_chars: int) -> str:
-    """One line: control and format characters dropped, whitespace collapsed, markers
-    defused, length capped."""
+    """One line: NFKC normalised, chat-template tokens removed, control and format
+    characters dropped, whitespace collapsed, markers defused, length capped."""
+    text = unicodedata.normalize("NFKC", text)
     kept = []
     for ch in text:
         category = unicodedata.category(ch)
         if category.startswith("C") and ch not in "\t\n\r":
             continue
         kept.append(ch)
-    line = " ".join("".join(kept).split())
+    text = "".join(kept)
+    for _ in range(8):  # removing one token must not assemble another
+        cleaned = _SPECIAL.sub(" ", text)
+        if cleaned == text:
+            break
+        text = cleaned
+    line = " ".join(text.split())
     line = _MARKER.sub(lambda m: m.group(0).replace("[", "(").replace(":", " "), line)
     if len(line) > max_chars:
         line = line[: max(0, max_chars - 1)].rstrip() + "…"

@@ -98,14 +98,17 @@ def serve(
     if settings.upstream_url and settings.model:
         raise typer.BadParameter("--model is for the embedded llama.cpp; drop it or --upstream")
     try:
-        keys = KeyStore(settings.keys_file)
+        keys = KeyStore(settings.keys_file, must_exist=True)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     if not keys.enabled and not settings.insecure and not is_loopback(settings.host):
-        raise typer.BadParameter(
-            f"refusing to serve {settings.host} without keys: anyone could read any tenant. "
-            "Create a key (memrelay keys create) and pass --keys-file, or pass --insecure."
-        )
+        if settings.keys_file is None:
+            why = "without keys: anyone could read any tenant. Create a key (memrelay keys "
+            why += "create --keys-file FILE) and pass --keys-file FILE, or pass --insecure."
+        else:
+            why = f"with {settings.keys_file}, which holds no live key: nobody could use it. "
+            why += f"Create one first (memrelay keys create --keys-file {settings.keys_file})."
+        raise typer.BadParameter(f"refusing to serve {settings.host} {why}")
     from proxy.local_llm import LocalModelMissing
     from proxy.logs import configure_logging
     from proxy.wiring import build_app

@@ -108,5 +108,5 @@ def build_app(settings: Settings, store: MemoryStore | None = None) -> ASGIApp:
         resources=resources,
         routes=routes,
         metrics=metrics,
-        keys=KeyStore(settings.keys_file),
+        keys=KeyStore(settings.keys_file, must_exist=True),
     )
