@@ -100,7 +100,7 @@ def create_app(
     """Build the ASGI app; `interceptors` plug memory into chat completions, `resources`
     are started in order before the first request and closed in reverse after the last."""
     upstream = Upstream(settings, upstream_client)
-    key_store = keys or KeyStore(None)
+    key_store = keys if keys is not None else KeyStore(settings.keys_file, must_exist=True)
     tasks = TaskSet()
     chat = ChatCompletions(upstream, list(interceptors or []), tasks, metrics)
     passthrough = Passthrough(upstream, metrics)

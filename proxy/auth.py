@@ -19,7 +19,7 @@ import logging
 
 from proxy.asgi import ASGIApp, Receive, Scope, Send
 from proxy.errors import send_error
-from proxy.identity import STATE_KEY, BadRequestHeaders, Identity, parse_headers
+from proxy.identity import STATE_KEY, TENANT_PARAM, BadRequestHeaders, Identity, parse_headers
 from proxy.keys import KeyStore
 from proxy.paths import (
     CHAT,
@@ -111,7 +111,7 @@ class AuthMiddleware:
                     "this key may not use that tenant",
                     "permission_error",
                     "tenant_not_allowed",
-                    param="X-Memrelay-Tenant",
+                    param=TENANT_PARAM,
                 )
                 return
         if not own and not may_pass_through(path, self.extras):

@@ -25,6 +25,7 @@ TENANT = b"x-memrelay-tenant"
 WRITE_SPACE = b"x-memrelay-write-space"
 READ_SPACES = b"x-memrelay-read-spaces"
 MEMORY = b"x-memrelay-memory"
+TENANT_PARAM = "X-Memrelay-Tenant"
 KNOWN = frozenset({KEY, TENANT, WRITE_SPACE, READ_SPACES, MEMORY})
 MEMRELAY_PREFIX = b"x-memrelay-"
 AUTHORIZATION = b"authorization"

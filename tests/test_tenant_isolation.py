@@ -51,6 +51,7 @@ class World:
     ids: dict[str, list[str]]
     bearer: bool
     store: Any
+    template: dict[str, Any]  # an exported record, for import probes
     legit_forgets: dict[str, str] = field(default_factory=dict)  # memory id -> tenant
     imports: dict[str, str] = field(default_factory=dict)  # marker -> tenant
     own_seen: dict[str, int] = field(default_factory=lambda: {"upstream": 0, "response": 0})
@@ -69,6 +70,13 @@ def _seed(store: Any) -> dict[str, list[str]]:
             )
             ids[tenant].append(memory.id)
     return ids
+
+
+async def _first_export(store: Any, memory_id: str) -> str:
+    async for line in store.export("alice"):
+        if json.loads(line)["id"] == memory_id:
+            return line
+    raise AssertionError("seeded memory not exported")
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -111,10 +119,11 @@ def world(
         kind, backend if kind == "postgres" else tmp_path / "memory.db", embedder, loop
     )
     ids = _seed(seed)
+    template = json.loads(loop.run_until_complete(_first_export(seed, ids["alice"][1])))
     served = ServedApp(build_app(settings, store=make_store(backend, embedder)))
     served.__enter__()
     try:
-        yield World(served, keys, bound, ids, bearer, seed)
+        yield World(served, keys, bound, ids, bearer, seed, template)
     finally:
         served.__exit__(None, None, None)
         loop.run_until_complete(seed.close())
@@ -246,7 +255,8 @@ def _target(rng: random.Random, world: World, tenant: str | None) -> Probe:
         return Probe("GET", f"{p}/export", [])
     if route == "import":
         marker = f"IMPORT-{rng.getrandbits(48):x}"
-        line = {"tenant": victim, "space": "default", "kind": "fact", "content": marker}
+        line = {**world.template, "tenant": victim, "content": marker, "events": []}
+        line["id"] = "mem_imp" + marker[7:]
         return Probe("POST", f"{p}/import", [], raw=json.dumps(line).encode(), note=marker)
     if route == "jobs":
         return Probe("GET", f"{p}/jobs", [])
@@ -421,5 +431,6 @@ def test_no_request_crosses_a_tenant(world: World, fake: Any) -> None:
     # The mix really exercised every outcome, and legitimate requests did see their own.
     assert world.own_seen["upstream"] > PROBES // 100, world.own_seen
     assert world.own_seen["response"] > PROBES // 50, world.own_seen
+    assert len(world.imports) > PROBES // 400, world.imports
     for status in (200, 400, 401, 403, 404):
         assert statuses.get(status, 0) > PROBES // 100, statuses
