@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import time
 import unicodedata
@@ -108,6 +109,8 @@ class NewMemory:
             raise InvalidInput(f"kind must be one of {', '.join(KINDS)} (got {self.kind!r})")
         if self.source not in SOURCES:
             raise InvalidInput(f"source must be one of {', '.join(SOURCES)} (got {self.source!r})")
+        if self.expires_at is not None and not math.isfinite(self.expires_at):
+            raise InvalidInput(f"expires_at must be a finite time (got {self.expires_at!r})")
         if not isinstance(self.confidence, int | float) or not 0 <= self.confidence <= 1:
             raise InvalidInput(f"confidence must be between 0 and 1 (got {self.confidence!r})")
         return NewMemory(

@@ -3,11 +3,23 @@ numbers are 422)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 KindName = Literal["fact", "preference", "constraint", "error", "goal", "note"]
+# At least one character that no engine (Python, ECMA, Rust regex) counts as whitespace.
+VISIBLE = r"[^\s\x1c-\x1f\x85]"
+
+
+def _whole_number(value: Any) -> Any:
+    """JSON Schema's integer includes 5.0; strict pydantic would refuse it."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+JSONInt = Annotated[int, BeforeValidator(_whole_number)]
 
 
 class Strict(BaseModel):
@@ -15,7 +27,7 @@ class Strict(BaseModel):
 
 
 class RememberBody(Strict):
-    content: str = Field(min_length=1, max_length=8000)
+    content: str = Field(min_length=1, max_length=8000, pattern=VISIBLE)
     kind: KindName = "fact"
     subject: str | None = Field(default=None, max_length=128)
     attribute: str | None = Field(default=None, max_length=128)
@@ -26,15 +38,15 @@ class RememberBody(Strict):
 
 class RecallBody(Strict):
     query: str = Field(max_length=100_000)
-    top_k: int = Field(default=10, ge=1, le=100)
+    top_k: JSONInt = Field(default=10, ge=1, le=100)
     kinds: list[KindName] | None = Field(default=None, max_length=6)
     min_similarity: float = Field(default=-1.0, ge=-1, le=1)
 
 
 class ForgetBody(Strict):
-    query: str = Field(min_length=1, max_length=10_000)
+    query: str = Field(min_length=1, max_length=10_000, pattern=VISIBLE)
     dry_run: bool = True
-    top_k: int = Field(default=10, ge=1, le=100)
+    top_k: JSONInt = Field(default=10, ge=1, le=100)
     min_similarity: float = Field(
         default=0.5, ge=-1, le=1, description="Only memories at least this close are forgotten."
     )

@@ -1,4 +1,6 @@
-"""The admin API's OpenAPI document, built from the same pydantic models that validate."""
+"""The admin API's OpenAPI document, built from the same pydantic models that validate.
+
+Kept to what the server does: the fuzz test runs every schemathesis check against it."""
 
 from __future__ import annotations
 
@@ -6,30 +8,40 @@ from typing import Any
 
 from proxy.admin_models import ForgetBody, RecallBody, RememberBody
 
+ID = "[A-Za-z0-9._:-]{1,128}"
 SCOPE_HEADERS = [
     {
         "name": "X-Memrelay-Tenant",
         "in": "header",
         "required": False,
-        "schema": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"},
+        "schema": {"type": "string", "pattern": f"^{ID}$"},
     },
     {
         "name": "X-Memrelay-Write-Space",
         "in": "header",
         "required": False,
-        "schema": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"},
+        "schema": {"type": "string", "pattern": f"^{ID}$"},
     },
     {
         "name": "X-Memrelay-Read-Spaces",
         "in": "header",
         "required": False,
-        "schema": {"type": "string"},
+        "description": "Comma-separated spaces (at most 16 by default).",
+        "schema": {"type": "string", "pattern": f"^ *{ID}( *, *{ID}){{0,15}} *$"},
     },
 ]
 KINDS = ["fact", "preference", "constraint", "error", "goal", "note"]
 STATUSES = ["active", "superseded", "forgotten", "expired"]
 JOB_STATUSES = ["pending", "leased", "done", "dead"]
 OBJECT = {"type": "object"}
+
+
+def _list_of(values: list[str]) -> dict[str, Any]:
+    """A comma-separated list of `values`, as the server accepts them in one parameter."""
+    one = "(" + "|".join(values) + ")"
+    return {"type": "string", "pattern": f"^{one}(,{one})*$"}
+
+
 ERRORS = {
     status: {
         "description": text,
@@ -41,7 +53,10 @@ ERRORS = {
         ("403", "tenant not allowed for this key"),
         ("404", "not found"),
         ("409", "not allowed in this state"),
+        ("413", "request body too large"),
         ("422", "invalid fields"),
+        ("431", "request headers too large"),
+        ("507", "the database's disk is full; nothing was written"),
     )
 }
 
@@ -65,16 +80,14 @@ def _op(
     params: list[dict[str, Any]] | None = None,
     body: Any = None,
     content_type: str = "application/json",
-    ok: str = "200",
+    ok: tuple[str, ...] = ("200",),
     ok_type: str = "application/json",
 ) -> dict[str, Any]:
+    success = {"description": "success", "content": {ok_type: {"schema": OBJECT}}}
     op: dict[str, Any] = {
         "summary": summary,
         "parameters": [*SCOPE_HEADERS, *(params or [])],
-        "responses": {
-            ok: {"description": "success", "content": {ok_type: {"schema": OBJECT}}},
-            **ERRORS,
-        },
+        "responses": {**dict.fromkeys(ok, success), **ERRORS},
     }
     if body is not None:
         schema = (
@@ -96,25 +109,31 @@ def openapi_document() -> dict[str, Any]:
         },
     }
     listing = [
-        _query("space", {"type": "string"}),
-        _query("status", {"type": "string", "enum": STATUSES}),
-        _query("kind", {"type": "string", "enum": KINDS}),
+        _query("space", {"type": "string", "pattern": f"^{ID}(,{ID})*$"}, "comma-separated"),
+        _query("status", _list_of(STATUSES), "comma-separated (default active)"),
+        _query("kind", _list_of(KINDS), "comma-separated"),
         _query("subject", {"type": "string"}),
         _query("attribute", {"type": "string"}),
         _query("created_after", {"type": "number"}),
         _query("created_before", {"type": "number"}),
         _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000}),
-        _query("cursor", {"type": "string"}),
+        _query("cursor", {"type": "string", "pattern": "^[0-9]{1,18}$"}, "a next_cursor"),
     ]
     paths = {
         "/memrelay/v1/memories": {
-            "post": _op("Remember a memory (reconciled like extracted facts)", body=RememberBody),
+            "post": _op(
+                "Remember a memory (reconciled like extracted facts): 201 when added or "
+                "superseding, 200 when it reinforced or changed nothing",
+                body=RememberBody,
+                ok=("200", "201"),
+            ),
             "get": _op("List memories", listing),
         },
         "/memrelay/v1/memories/{memory_id}": {
             "get": _op("Get one memory", [_path("memory_id")]),
             "delete": _op(
-                "Forget one memory", [_path("memory_id"), _query("reason", {"type": "string"})]
+                "Forget one memory (the reason recorded is fixed words and ids)",
+                [_path("memory_id")],
             ),
         },
         "/memrelay/v1/memories/{memory_id}/history": {
@@ -128,7 +147,7 @@ def openapi_document() -> dict[str, Any]:
             "get": _op(
                 "Change feed",
                 [
-                    _query("since", {"type": "integer", "minimum": 0}),
+                    _query("since", {"type": "integer", "minimum": 0, "maximum": 2**62}),
                     _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000}),
                 ],
             )
@@ -144,7 +163,7 @@ def openapi_document() -> dict[str, Any]:
             "get": _op(
                 "Extraction jobs",
                 [
-                    _query("status", {"type": "string", "enum": JOB_STATUSES}),
+                    _query("status", _list_of(JOB_STATUSES), "comma-separated"),
                     _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000}),
                 ],
             )

@@ -1,4 +1,7 @@
-"""Property-based fuzz of the admin API against its own OpenAPI document: no 5xx, ever.
+"""Property-based fuzz of the admin API against its own OpenAPI document, with every
+schemathesis check (not only "no 5xx"): status codes, content types, headers and bodies
+conform to the document, valid data is accepted, invalid data rejected, unsupported
+methods refused with Allow, and the key is never ignored.
 
 Schemathesis generates the cases from /memrelay/openapi.json; hypothesis drives them
 (its pytest plugin does not load under this pytest, so the loop is explicit).
@@ -8,6 +11,10 @@ from __future__ import annotations
 
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from schemathesis.checks import CHECKS, load_all_checks
+from schemathesis.core.failures import FailureGroup
+
+from proxy.keys import KeyStore
 
 
 @schemathesis.serializer("application/x-ndjson")
@@ -16,13 +23,24 @@ def ndjson(ctx: object, value: object) -> bytes:
     return value.encode() if isinstance(value, str) else str(value).encode()
 
 
-def test_admin_api_never_fails_with_5xx(memory_proxy):
-    server, seed = memory_proxy()
+def all_checks() -> list:
+    load_all_checks()
+    return list(CHECKS.get_all())
+
+
+def test_admin_api_conforms_to_its_document_under_every_check(memory_proxy, tmp_path):
+    keys = KeyStore(tmp_path / "keys.json")
+    admin, _ = keys.create([], admin=True)
+    server, seed = memory_proxy(keys_file=tmp_path / "keys.json")
     seed.add("default", "default", "The user likes fuzzing")
     seed.add("default", "default", "Never run fuzzers against production", kind="constraint")
-    schema = schemathesis.openapi.from_url(server.url + "/memrelay/openapi.json")
+    schema = schemathesis.openapi.from_url(
+        server.url + "/memrelay/openapi.json", headers={"X-Memrelay-Key": admin}
+    )
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) == 13
+    checks = all_checks()
+    assert len(checks) >= 14
     failures: list[str] = []
     for operation in operations:
 
@@ -31,12 +49,15 @@ def test_admin_api_never_fails_with_5xx(memory_proxy):
             max_examples=30, deadline=None, database=None, suppress_health_check=list(HealthCheck)
         )
         def check(case: schemathesis.Case) -> None:
-            response = case.call(base_url=server.url, timeout=30)
-            if response.status_code >= 500:
-                failures.append(
-                    f"{case.method} {case.formatted_path}: {response.status_code} "
-                    f"{response.text[:300]}"
+            try:
+                case.call_and_validate(
+                    base_url=server.url,
+                    headers={"X-Memrelay-Key": admin},
+                    checks=checks,
+                    timeout=30,
                 )
+            except (AssertionError, FailureGroup) as exc:  # how schemathesis reports a failed check
+                failures.append(f"{case.method} {case.formatted_path}: {str(exc)[:600]}")
 
         check()
-    assert failures == []
+    assert failures == [], "\n\n".join(failures[:8])
