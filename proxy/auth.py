@@ -19,7 +19,14 @@ import logging
 
 from proxy.asgi import ASGIApp, Receive, Scope, Send
 from proxy.errors import send_error
-from proxy.identity import STATE_KEY, TENANT_PARAM, BadRequestHeaders, Identity, parse_headers
+from proxy.identity import (
+    LOG_FIELDS,
+    STATE_KEY,
+    TENANT_PARAM,
+    BadRequestHeaders,
+    Identity,
+    parse_headers,
+)
 from proxy.keys import KeyStore
 from proxy.paths import (
     CHAT,
@@ -142,18 +149,23 @@ class AuthMiddleware:
             headers = [(k, v) for k, v in headers if k.lower() != b"authorization"]
             headers.append((b"authorization", self.upstream_auth))
         state = scope.setdefault("state", {})
-        state[STATE_KEY] = Identity(
+        identity = Identity(
             key_id=record.id if record else None,
             admin=record.admin if record else False,
             memory=parsed.memory,
             tenant_given=parsed.tenant_given,
         )
+        state[STATE_KEY] = identity
         state[BODY_LIMIT] = limit
         scope["headers"] = headers
         if path != scope["path"] or scope.get("raw_path") != path.encode("utf-8", "replace"):
             scope["path"] = path
             scope["raw_path"] = raw_form(path)
-        await self.app(scope, receive, send)
+        token = LOG_FIELDS.set((identity.key_id or "-", identity.tenant))
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            LOG_FIELDS.reset(token)
 
 
 def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:

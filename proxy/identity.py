@@ -10,6 +10,7 @@ are gone, and it cannot run without a decision, because the accessor refuses.
 
 from __future__ import annotations
 
+import contextvars
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -29,6 +30,12 @@ TENANT_PARAM = "X-Memrelay-Tenant"
 KNOWN = frozenset({KEY, TENANT, WRITE_SPACE, READ_SPACES, MEMORY})
 MEMRELAY_PREFIX = b"x-memrelay-"
 AUTHORIZATION = b"authorization"
+
+
+# For log lines: the key id and tenant of the request being served ("-" outside one).
+LOG_FIELDS: contextvars.ContextVar[tuple[str, str]] = contextvars.ContextVar(
+    "memrelay_identity", default=("-", "-")
+)
 
 
 class IdentityMissing(RuntimeError):

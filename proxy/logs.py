@@ -6,6 +6,7 @@ import json
 import logging
 import time
 
+from proxy.identity import LOG_FIELDS
 from proxy.timing import REQUEST_ID_VAR
 
 
@@ -17,6 +18,8 @@ class JSONFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "logger": record.name,
             "request_id": REQUEST_ID_VAR.get(),
+            "key_id": LOG_FIELDS.get()[0],  # from the edge's decision, never a raw header
+            "tenant": LOG_FIELDS.get()[1],
             "message": record.getMessage(),
         }
         if record.exc_info:

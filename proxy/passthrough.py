@@ -11,6 +11,7 @@ from proxy.asgi import Receive, Scope, Send, header_value
 from proxy.downstream import Downstream
 from proxy.errors import send_error
 from proxy.headers import replace_header, request_headers_for_upstream
+from proxy.identity import identity_of
 from proxy.metrics import Metrics
 from proxy.relay import relay_response
 from proxy.timing import mark_upstream_start
@@ -30,6 +31,7 @@ class Passthrough:
         self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        identity_of(scope)  # fail closed: nothing is forwarded that the edge did not admit
         downstream = Downstream(receive)
         await downstream.run(lambda: self._forward(scope, downstream, send))
 

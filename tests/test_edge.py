@@ -488,3 +488,65 @@ def test_a_missing_keys_file_is_an_error_at_start(tmp_path, fake_url):
     missing = tmp_path / "nope.json"
     with pytest.raises(KeysFileMissing, match=str(missing)):
         build_app(Settings(upstream_url=fake_url, keys_file=missing, db=tmp_path / "m.db"))
+
+
+def test_sighup_reloads_the_keys_file(tmp_path):
+    """A real SIGHUP to this process, handled by the watcher the app's lifespan installs."""
+    import asyncio
+    import os
+    import signal
+
+    from proxy.app import watch_sighup
+
+    path = tmp_path / "keys.json"
+    key, _ = KeyStore(path).create(["acme"])
+    keys = KeyStore(path, must_exist=True)
+    assert keys.check(key) is not None
+    other = KeyStore(path)
+    other.revoke(other.records[0].id)
+
+    async def main() -> bool:
+        loop = asyncio.get_running_loop()
+        watch_sighup(keys)
+        try:
+            os.kill(os.getpid(), signal.SIGHUP)
+            for _ in range(100):
+                await asyncio.sleep(0.01)
+                if keys.records[0].revoked:
+                    return True
+            return False
+        finally:
+            loop.remove_signal_handler(signal.SIGHUP)
+
+    assert asyncio.run(main()) is True
+
+
+def test_log_lines_name_the_key_and_tenant_the_edge_decided(fake, memory_proxy, tmp_path):
+    import io
+    import logging
+
+    from proxy.logs import JSONFormatter
+
+    keys = KeyStore(tmp_path / "keys.json")
+    key, record = keys.create(["acme"])
+    server, _ = memory_proxy(keys_file=tmp_path / "keys.json")
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JSONFormatter())
+    root = logging.getLogger()
+    root.addHandler(handler)
+    old_level = root.level
+    root.setLevel(logging.INFO)
+    try:
+        httpx.post(
+            server.url + "/v1/chat/completions",
+            headers={"X-Memrelay-Key": key, "X-Memrelay-Tenant": "acme"},
+            json={"model": "m", "messages": [{"role": "user", "content": ""}]},
+        )
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+    lines = [json.loads(line) for line in stream.getvalue().splitlines() if line.strip()]
+    mine = [line for line in lines if line["key_id"] == record.id]
+    assert mine and all(line["tenant"] == "acme" for line in mine)
+    assert key not in stream.getvalue()
