@@ -108,7 +108,6 @@ def test_entrypoint_serves_in_a_plain_venv(tmp_path):
     env.update(
         {
             "MEMRELAY_DB": str(tmp_path / "memrelay.db"),
-            "MEMRELAY_KEYS_FILE": str(tmp_path / "keys.json"),
             "MEMRELAY_HOST": "127.0.0.1",
             "MEMRELAY_PORT": str(port),
             "MEMRELAY_EMBEDDING_MODEL_DIR": "",
