@@ -92,11 +92,13 @@ class AuthMiddleware:
         except BadRequestHeaders as exc:
             await send_error(send, 400, exc.message, code=exc.code, param=exc.param)
             return
-        own = path.startswith(MEMRELAY) or path in OWN or (path == CHAT and method == "POST")
+        local = path.startswith(MEMRELAY) or path in OWN  # answered here, never forwarded
+        own = local or (path == CHAT and method == "POST")
         record = None
         if self.keys.enforced and path not in PUBLIC:
             presented = parsed.key
-            if presented is None and (self.upstream_auth is not None or own):
+            # A Bearer key is memrelay's only where Authorization never reaches the upstream.
+            if presented is None and (self.upstream_auth is not None or local):
                 presented = parsed.bearer
             record = self.keys.check(presented)
             if record is None:

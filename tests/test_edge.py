@@ -550,3 +550,17 @@ def test_log_lines_name_the_key_and_tenant_the_edge_decided(fake, memory_proxy, 
     mine = [line for line in lines if line["key_id"] == record.id]
     assert mine and all(line["tenant"] == "acme" for line in mine)
     assert key not in stream.getvalue()
+
+
+def test_a_bearer_memrelay_key_is_never_forwarded_in_header_mode(fake, memory_proxy, tmp_path):
+    """Without memrelay's own upstream key, Authorization belongs to the upstream: a memrelay
+    key sent there is not accepted as one on forwarded routes (so it is never forwarded)."""
+    keys = KeyStore(tmp_path / "keys.json")
+    key, _ = keys.create(["acme"])
+    server, _ = memory_proxy(keys_file=tmp_path / "keys.json")
+    bearer = {"Authorization": f"Bearer {key}", "X-Memrelay-Tenant": "acme"}
+    chat = httpx.post(server.url + "/v1/chat/completions", headers=bearer, json=CHAT)
+    assert _error(chat, 401)["code"] == "invalid_memrelay_key"
+    assert httpx.get(server.url + "/v1/models", headers=bearer).status_code == 401
+    assert fake.requests == []
+    assert httpx.get(server.url + "/memrelay/v1/memories", headers=bearer).status_code == 200
