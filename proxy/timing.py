@@ -45,10 +45,10 @@ class TimingMiddleware:
         state[_T0] = time.perf_counter()
         state[REQUEST_ID] = uuid.uuid4().hex
         token = REQUEST_ID_VAR.set(state[REQUEST_ID])
-        route = route_of(scope["path"])
 
         async def timed_send(message: Message) -> None:
             if message["type"] == "http.response.start":
+                route = route_of(scope["path"])  # the path as the edge normalised it
                 overhead = state.get(_OVERHEAD)
                 if overhead is None:
                     overhead = (time.perf_counter() - state[_T0]) * 1000
