@@ -564,3 +564,13 @@ def test_a_bearer_memrelay_key_is_never_forwarded_in_header_mode(fake, memory_pr
     assert httpx.get(server.url + "/v1/models", headers=bearer).status_code == 401
     assert fake.requests == []
     assert httpx.get(server.url + "/memrelay/v1/memories", headers=bearer).status_code == 200
+
+
+def test_metrics_count_a_path_trick_under_the_route_it_reached(fake, memory_proxy):
+    server, _ = memory_proxy()
+    response = _raw(server.url, "POST", "//v1/chat/completions", {})
+    assert response.status_code == 200
+    text = httpx.get(server.url + "/metrics").text
+    assert (
+        'memrelay_requests_total{method="POST",route="chat_completions",status="200"} 1.0' in text
+    )
