@@ -102,7 +102,7 @@ def start_memrelay(db: Path, upstream: str) -> Process:
     return Process(
         [exe, "serve"],
         f"http://127.0.0.1:{port}",
-        "/readyz",
+        "/memrelay/readyz",
         {
             "MEMRELAY_DB": str(db),
             "MEMRELAY_UPSTREAM_URL": upstream,

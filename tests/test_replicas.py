@@ -57,7 +57,7 @@ class Replica:
             if self.process.poll() is not None:
                 raise RuntimeError(f"replica exited: {Path(self.log.name).read_text()[-2000:]}")
             try:
-                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
+                if httpx.get(self.url + "/memrelay/readyz", timeout=1).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
