@@ -120,7 +120,10 @@ class ExtractionInterceptor:
             ctx.state[STATUS] = "shed"
             return
         payload = exchange_payload(ctx, user)
-        digest = request_digest(scope.tenant, scope.write_space, ctx.body.get("messages") or [])
+        digest = None  # a dedup window of 0 learns every request
+        if self.settings.extraction_dedup_seconds > 0:
+            messages = ctx.body.get("messages") or []
+            digest = request_digest(scope.tenant, scope.write_space, messages)
         try:
             job = await self.queue.reserve(
                 scope.tenant,
