@@ -75,12 +75,17 @@ def build_app(settings: Settings, store: MemoryStore | None = None) -> ASGIApp:
     if yield_to_chats is None:
         yield_to_chats = local is not None  # the embedded llama.cpp's slots are shared
     activity = ChatActivity() if yield_to_chats else None
+    concurrency = settings.extraction_workers
+    if local is not None and activity is not None and concurrency:
+        # Keep one of the embedded llama.cpp's slots for users: a chat that arrives while
+        # extraction runs starts at once instead of waiting for a slot.
+        concurrency = min(concurrency, max(1, settings.local_parallel - 1))
     workers = ExtractionWorkers(
         jobs,
         llm,
         reconciler,
         entities=entities,
-        concurrency=settings.extraction_workers,
+        concurrency=concurrency,
         lease_seconds=settings.extraction_lease_seconds,
         retry_base_seconds=settings.extraction_retry_base_seconds,
         done_retention_seconds=settings.extraction_done_retention_seconds,

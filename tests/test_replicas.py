@@ -200,9 +200,9 @@ def third_process_on_a_busy_port_leaves_every_lease_alone(
     finally:
         for replica in (a, b):
             replica.process.send_signal(signal.SIGCONT)
-    assert third.returncode != 0 and "cannot listen" in third.stdout + third.stderr
     assert before, "no lease was held when the third process started"
     assert after == before
+    assert third.returncode != 0 and "cannot listen" in third.stdout + third.stderr
 
 
 @pytest.mark.slow
