@@ -11,7 +11,8 @@ workers may claim jobs. Modes:
 - `unguarded`: the old behaviour (two workers, no yielding).
 
 Prints one JSON object: TTFB and total time (ms, median and p90) per mode, and how many
-jobs were done meanwhile (so "fast" cannot mean "extraction did not run").
+jobs workers took up and finished meanwhile (so "fast" cannot mean "extraction did not
+run").
 Run: python -m bench.learning_ttfb [--jobs 30 --chats 8 --pause 1.5]
 """
 
@@ -65,14 +66,19 @@ async def prefill(db: Path, jobs: int) -> None:
     await store.close()
 
 
-def done_jobs(db: Path) -> int:
+def job_progress(db: Path) -> dict[str, int]:
+    """Jobs a worker took up (leased at least once) and jobs done during the run."""
     from memory_core.sqlite_db import connect
 
     conn = connect(db)
     try:
-        return conn.execute("SELECT count(*) FROM jobs WHERE status = 'done'").fetchone()[0]
+        started, done = conn.execute(
+            "SELECT count(*) FILTER (WHERE attempts > 0 OR status = 'done'),"
+            " count(*) FILTER (WHERE status = 'done') FROM jobs"
+        ).fetchone()
     finally:
         conn.close()
+    return {"jobs_taken_up": started, "jobs_done": done}
 
 
 def run_mode(name: str, env_extra: dict[str, str], args: argparse.Namespace) -> dict[str, Any]:
@@ -132,7 +138,7 @@ def run_mode(name: str, env_extra: dict[str, str], args: argparse.Namespace) -> 
     return {
         "ttfb_ms": _summary(ttfbs),
         "total_ms": _summary(totals),
-        "jobs_done_meanwhile": done_jobs(db),
+        **job_progress(db),
     }
 
 
