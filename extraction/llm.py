@@ -35,6 +35,58 @@ class TransientLLMError(LLMError):
     """Worth retrying: the server was unreachable, overloaded or failing."""
 
 
+class LLMOutputError(LLMError):
+    """The model answered, but not with usable JSON (the message may quote its output)."""
+
+
+def transport_cause(exc: httpx.TransportError, timeout: float | None) -> str:
+    """What went wrong on the wire, in words: timeouts say which and after how long,
+    refused connections say so; never an empty reason."""
+    after = f" after {timeout:g} s" if timeout else ""
+    if isinstance(exc, httpx.ConnectTimeout):
+        return f"connect timeout{after}"
+    if isinstance(exc, httpx.ReadTimeout):
+        return f"read timeout{after} (no answer in time)"
+    if isinstance(exc, httpx.WriteTimeout):
+        return f"write timeout{after}"
+    if isinstance(exc, httpx.PoolTimeout):
+        return f"no free connection{after}"
+    text = str(exc).strip()
+    if isinstance(exc, httpx.ConnectError):
+        root = _root_cause(exc)
+        if isinstance(root, ConnectionRefusedError) or "refused" in text.lower():
+            return "connection refused"
+        detail = str(root).strip() or text or type(root).__name__
+        return f"cannot connect: {detail}"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """httpx hides the OS error ("All connection attempts failed") behind its chain."""
+    seen: set[int] = set()
+    while id(exc) not in seen:
+        seen.add(id(exc))
+        inner = exc.__cause__ or exc.__context__
+        if inner is None:
+            break
+        if isinstance(exc, ExceptionGroup) and exc.exceptions:
+            inner = exc.exceptions[0]
+        exc = inner
+    return exc
+
+
+def upstream_message(response: httpx.Response, limit: int = 300) -> str:
+    """The error message an OpenAI-style server sent, else the start of its body."""
+    try:
+        error = response.json().get("error")
+        message = error.get("message") if isinstance(error, dict) else error
+        if isinstance(message, str) and message.strip():
+            return message.strip()[:limit]
+    except (ValueError, AttributeError):
+        pass
+    return response.text[:limit].strip() or "(empty body)"
+
+
 class LLMClient(Protocol):
     async def complete_json(
         self,
@@ -70,6 +122,7 @@ class OpenAICompatibleLLM:
         self.max_wait = max_wait
         self.max_tokens = max_tokens
         self.level = 0
+        self.timeout = timeout
         self.send_template_kwargs = thinking_off
         self.client = client or httpx.AsyncClient(timeout=timeout, trust_env=False)
 
@@ -105,7 +158,7 @@ class OpenAICompatibleLLM:
         try:
             return parse_json(text)
         except ValueError as exc:
-            raise LLMError(str(exc)) from exc
+            raise LLMOutputError(str(exc)) from exc
 
     async def _negotiate(
         self,
@@ -136,7 +189,8 @@ class OpenAICompatibleLLM:
             try:
                 response = await self.client.post(self.url, json=body, headers=headers)
             except httpx.TransportError as exc:
-                raise TransientLLMError(f"extraction LLM unreachable: {exc}") from exc
+                cause = transport_cause(exc, self.timeout)
+                raise TransientLLMError(f"extraction LLM at {self.url}: {cause}") from exc
             if response.status_code == 400 or response.status_code == 422:
                 if self.send_template_kwargs:
                     log.info("server refused chat_template_kwargs; sending without it")
@@ -150,15 +204,22 @@ class OpenAICompatibleLLM:
                     )
                     self.level += 1
                     continue
-                raise LLMError(f"extraction LLM refused the request: {response.text[:300]}")
+                raise LLMError(
+                    f"extraction LLM refused the request: HTTP {response.status_code}:"
+                    f" {upstream_message(response)}"
+                )
             if response.status_code == 429 or response.status_code >= 500:
-                raise TransientLLMError(f"extraction LLM answered {response.status_code}")
+                raise TransientLLMError(
+                    f"extraction LLM answered HTTP {response.status_code}:"
+                    f" {upstream_message(response)}"
+                )
             if response.status_code >= 300:
                 raise LLMError(
-                    f"extraction LLM answered {response.status_code}: {response.text[:300]}"
+                    f"extraction LLM answered HTTP {response.status_code}:"
+                    f" {upstream_message(response)}"
                 )
             try:
                 message = response.json()["choices"][0]["message"]
             except (ValueError, KeyError, IndexError, TypeError) as exc:
-                raise LLMError(f"not a chat completion: {response.text[:300]}") from exc
+                raise LLMOutputError(f"not a chat completion: {response.text[:300]}") from exc
             return message.get("content") or ""

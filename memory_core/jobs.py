@@ -5,10 +5,17 @@ and the job is claimed again. Jobs of one tenant and space are claimed strictly 
 order and one at a time, so fact N is committed before fact N+1 is reconciled. A job
 that keeps failing is dead-lettered with its last error; nothing is dropped. Payloads
 (they hold conversation text) are cleared once a job is done.
+
+A job may start as a draft: written (with the request) before the answer's headers
+go out, invisible to claims and counts, then finished with the answer or dropped.
+Leases name their owner (host:pid:boot id); a process extends the leases it holds
+while it works and gives back only its own; a dead process's leases run out by time.
+Done jobs are pruned after a retention period; dead jobs stay until retried or purged.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import uuid
@@ -23,6 +30,30 @@ JOB_COLUMNS = (
     " lease_until, last_error, result, created_at, updated_at"
 )
 JOB_STATUSES = ("pending", "leased", "done", "dead")
+# A pending job in the same scope with a lower seq, or a leased one, blocks a claim.
+HEAD_OF_SCOPE = (
+    "j.status = 'pending' AND j.draft = false AND j.available_at <= {now}"
+    " AND NOT EXISTS (SELECT 1 FROM jobs k WHERE k.tenant = j.tenant AND k.space = j.space"
+    "   AND k.draft = false"
+    "   AND (k.status = 'leased' OR (k.status = 'pending' AND k.seq < j.seq)))"
+)
+BACKLOG_SQL = (
+    "SELECT tenant, count(*) FROM jobs WHERE status IN ('pending', 'leased') GROUP BY tenant"
+)
+OLDEST_PENDING_SQL = (
+    "SELECT min(created_at) FROM jobs WHERE status IN ('pending', 'leased') AND draft = false"
+)
+DUPLICATE_SQL = (
+    "SELECT id FROM jobs WHERE tenant = {m} AND space = {m} AND content_hash = {m}"
+    " AND created_at >= {m} AND status <> 'dead' LIMIT 1"
+)
+
+
+def content_hash(parts: object) -> str:
+    """A stable digest of what a job learns from (scope and messages): the same request
+    sent twice hashes the same."""
+    text = json.dumps(parts, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass
@@ -75,7 +106,32 @@ class JobQueue(Protocol):
 
     async def release(self, job_id: str, owner: str) -> None: ...
 
-    async def release_all(self, owner: str | None = None) -> int: ...
+    async def release_all(self, owner: str) -> int: ...
+
+    async def extend(self, job_id: str, owner: str, lease_seconds: float) -> bool: ...
+
+    async def reserve(
+        self,
+        tenant: str,
+        space: str,
+        payload: dict[str, Any],
+        job_id: str,
+        max_attempts: int,
+        digest: str | None,
+        dedup_since: float,
+    ) -> Job | None: ...
+
+    async def finish_draft(self, job_id: str, payload: dict[str, Any]) -> bool: ...
+
+    async def drop_draft(self, job_id: str) -> None: ...
+
+    async def backlog(self) -> dict[str, int]: ...
+
+    async def oldest_pending_at(self) -> float | None: ...
+
+    async def prune(self, done_before: float, drafts_before: float) -> tuple[int, int]: ...
+
+    async def purge(self, tenant: str, job_id: str) -> None: ...
 
     async def retry(self, tenant: str, job_id: str) -> Job: ...
 
@@ -117,10 +173,7 @@ def claim(conn: Connection, owner: str, lease_seconds: float) -> Job | None:
         (now, now),
     )
     row = conn.execute(
-        "SELECT j.id FROM jobs j WHERE j.status = 'pending' AND j.available_at <= ?"
-        " AND NOT EXISTS (SELECT 1 FROM jobs k WHERE k.tenant = j.tenant AND k.space = j.space"
-        "   AND (k.status = 'leased' OR (k.status = 'pending' AND k.seq < j.seq)))"
-        " ORDER BY j.seq LIMIT 1",
+        f"SELECT j.id FROM jobs j WHERE {HEAD_OF_SCOPE.format(now='?')} ORDER BY j.seq LIMIT 1",
         (now,),
     ).fetchone()
     if row is None:
@@ -165,16 +218,104 @@ def release(conn: Connection, job_id: str, owner: str) -> None:
     )
 
 
-def release_all(conn: Connection, owner: str | None) -> int:
-    sql = (
+def release_all(conn: Connection, owner: str) -> int:
+    """Give back the leases of `owner` (a process identity; its workers' leases are
+    `owner-N`). Never another process's: theirs run out by time if that process died."""
+    if not owner:
+        raise InvalidInput("release_all needs an owner")
+    return conn.execute(
         "UPDATE jobs SET status = 'pending', attempts = max(0, attempts - 1), lease_owner = NULL,"
         " lease_until = NULL, updated_at = ? WHERE status = 'leased'"
+        " AND (lease_owner = ? OR substr(lease_owner, 1, ?) = ?)",
+        (time.time(), owner, len(owner) + 1, owner + "-"),
+    ).rowcount
+
+
+def extend(conn: Connection, job_id: str, owner: str, lease_seconds: float) -> bool:
+    """Push the lease of a job `owner` still holds; False when the lease was lost."""
+    now = time.time()
+    return (
+        conn.execute(
+            "UPDATE jobs SET lease_until = ?, updated_at = ? WHERE id = ? AND status = 'leased'"
+            " AND lease_owner = ?",
+            (now + lease_seconds, now, job_id, owner),
+        ).rowcount
+        > 0
     )
-    params: list[Any] = [time.time()]
-    if owner is not None:
-        sql += " AND lease_owner = ?"
-        params.append(owner)
-    return conn.execute(sql, params).rowcount
+
+
+def reserve(
+    conn: Connection,
+    tenant: str,
+    space: str,
+    payload: dict[str, Any],
+    job_id: str,
+    max_attempts: int,
+    digest: str | None,
+    dedup_since: float,
+) -> Job | None:
+    """Write a draft job (not claimable, not counted) unless the same content was queued
+    in this scope since `dedup_since` (then None: it is already one piece of evidence)."""
+    if digest is not None:
+        sql = DUPLICATE_SQL.format(m="?")
+        if conn.execute(sql, (tenant, space, digest, dedup_since)).fetchone() is not None:
+            return None
+    now = time.time()
+    conn.execute(
+        "INSERT INTO jobs (id, tenant, space, status, payload, max_attempts, available_at,"
+        " created_at, updated_at, draft, content_hash)"
+        " VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?, true, ?)",
+        (job_id, tenant, space, json.dumps(payload), max_attempts, now, now, now, digest),
+    )
+    return _get(conn, job_id)
+
+
+def finish_draft(conn: Connection, job_id: str, payload: dict[str, Any]) -> bool:
+    """The answer is complete: the draft becomes a claimable job holding it."""
+    now = time.time()
+    return (
+        conn.execute(
+            "UPDATE jobs SET draft = false, payload = ?, available_at = ?, updated_at = ?"
+            " WHERE id = ? AND draft = true",
+            (json.dumps(payload), now, now, job_id),
+        ).rowcount
+        > 0
+    )
+
+
+def drop_draft(conn: Connection, job_id: str) -> None:
+    conn.execute("DELETE FROM jobs WHERE id = ? AND draft = true", (job_id,))
+
+
+def backlog(conn: Connection) -> dict[str, int]:
+    """Pending and leased jobs (drafts included) per tenant."""
+    return dict(conn.execute(BACKLOG_SQL).fetchall())
+
+
+def oldest_pending_at(conn: Connection) -> float | None:
+    return conn.execute(OLDEST_PENDING_SQL).fetchone()[0]
+
+
+def prune(conn: Connection, done_before: float, drafts_before: float) -> tuple[int, int]:
+    """Delete done jobs finished before `done_before` and drafts written before
+    `drafts_before` (their process died mid-answer); dead jobs are kept."""
+    done = conn.execute(
+        "DELETE FROM jobs WHERE status = 'done' AND updated_at < ?", (done_before,)
+    ).rowcount
+    drafts = conn.execute(
+        "DELETE FROM jobs WHERE draft = true AND created_at < ?", (drafts_before,)
+    ).rowcount
+    return done, drafts
+
+
+def purge(conn: Connection, tenant: str, job_id: str) -> None:
+    """The operator deletes a dead-lettered job."""
+    job = _get(conn, job_id)
+    if job.tenant != tenant:
+        raise NotFound(f"no job {job_id!r} in tenant {tenant!r}")
+    if job.status != "dead":
+        raise InvalidInput(f"only dead-lettered jobs can be purged (this one is {job.status})")
+    conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
 
 
 def retry(conn: Connection, tenant: str, job_id: str) -> Job:
@@ -195,7 +336,7 @@ def list_jobs_sql(
     tenant: str | None, statuses: list[str] | None, limit: int, mark: str = "?"
 ) -> tuple[str, list[Any]]:
     """Newest jobs first, optionally of one tenant and some statuses."""
-    sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE 1 = 1"
+    sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE draft = false"
     params: list[Any] = []
     if tenant is not None:
         sql += f" AND tenant = {mark}"
@@ -213,8 +354,12 @@ def list_jobs_sql(
 
 def job_counts_sql(tenant: str | None, mark: str = "?") -> tuple[str, list[Any]]:
     if tenant is None:
-        return "SELECT status, count(*) FROM jobs GROUP BY status", []
-    return f"SELECT status, count(*) FROM jobs WHERE tenant = {mark} GROUP BY status", [tenant]
+        return "SELECT status, count(*) FROM jobs WHERE draft = false GROUP BY status", []
+    return (
+        f"SELECT status, count(*) FROM jobs WHERE draft = false AND tenant = {mark}"
+        " GROUP BY status",
+        [tenant],
+    )
 
 
 def list_jobs(
@@ -232,7 +377,8 @@ def job_counts(conn: Connection, tenant: str | None) -> dict[str, int]:
 
 def get_job(conn: Connection, tenant: str, job_id: str) -> Job | None:
     row = conn.execute(
-        f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ? AND tenant = ?", (job_id, tenant)
+        f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ? AND tenant = ? AND draft = false",
+        (job_id, tenant),
     ).fetchone()
     return job_from_row(row) if row else None
 

@@ -18,22 +18,23 @@ from psycopg.types.json import Jsonb
 
 from memory_core.errors import InvalidInput, NotFound
 from memory_core.jobs import (
+    BACKLOG_SQL,
+    DUPLICATE_SQL,
     JOB_COLUMNS,
     JOB_STATUSES,
+    OLDEST_PENDING_SQL,
     Job,
     job_counts_sql,
     job_from_row,
     list_jobs_sql,
 )
+from memory_core.jobs import HEAD_OF_SCOPE as SHARED_HEAD_OF_SCOPE
 from memory_core.model import validate_id
 from memory_core.pg_store import PostgresStore
 
 SCOPE_LOCK_CLASS = 7_310_002  # first key of the per tenant-and-space advisory locks
-HEAD_OF_SCOPE = (
-    "j.status = 'pending' AND j.available_at <= %(now)s"
-    " AND NOT EXISTS (SELECT 1 FROM jobs k WHERE k.tenant = j.tenant AND k.space = j.space"
-    "   AND (k.status = 'leased' OR (k.status = 'pending' AND k.seq < j.seq)))"
-)
+HEAD_OF_SCOPE = SHARED_HEAD_OF_SCOPE.format(now="%(now)s")
+DEDUP_LOCK_CLASS = 7_310_003  # advisory lock per tenant, space and content hash
 CANDIDATES = 16
 
 
@@ -136,17 +137,108 @@ class PostgresJobs:
             (time.time(),),
         )
 
-    async def release_all(self, owner: str | None = None) -> int:
-        sql = (
-            "UPDATE jobs SET status = 'pending', attempts = greatest(0, attempts - 1),"
-            " lease_owner = NULL, lease_until = NULL, updated_at = %s WHERE status = 'leased'"
-        )
-        params: list[Any] = [time.time()]
-        if owner is not None:
-            sql += " AND lease_owner = %s"
-            params.append(owner)
+    async def release_all(self, owner: str) -> int:
+        """Give back the leases of `owner` and its workers (`owner-N`), never others'."""
+        if not owner:
+            raise InvalidInput("release_all needs an owner")
         async with self.store.connection() as conn:
-            return (await conn.execute(sql, params)).rowcount
+            cursor = await conn.execute(
+                "UPDATE jobs SET status = 'pending', attempts = greatest(0, attempts - 1),"
+                " lease_owner = NULL, lease_until = NULL, updated_at = %s"
+                " WHERE status = 'leased' AND (lease_owner = %s OR starts_with(lease_owner, %s))",
+                (time.time(), owner, owner + "-"),
+            )
+            return cursor.rowcount
+
+    async def extend(self, job_id: str, owner: str, lease_seconds: float) -> bool:
+        now = time.time()
+        async with self.store.connection() as conn:
+            cursor = await conn.execute(
+                "UPDATE jobs SET lease_until = %s, updated_at = %s WHERE id = %s"
+                " AND status = 'leased' AND lease_owner = %s",
+                (now + lease_seconds, now, job_id, owner),
+            )
+            return cursor.rowcount > 0
+
+    async def reserve(
+        self,
+        tenant: str,
+        space: str,
+        payload: dict[str, Any],
+        job_id: str,
+        max_attempts: int,
+        digest: str | None,
+        dedup_since: float,
+    ) -> Job | None:
+        """A draft job, unless the same content was queued in this scope since
+        `dedup_since` (None). Replicas serialise on an advisory lock per content."""
+        validate_id(tenant, "tenant")
+        validate_id(space, "space")
+        now = time.time()
+        async with self.store.connection() as conn:
+            if digest is not None:
+                await conn.execute(
+                    "SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+                    (DEDUP_LOCK_CLASS, f"{tenant}\x1f{space}\x1f{digest}"),
+                )
+                cursor = await conn.execute(
+                    DUPLICATE_SQL.format(m="%s"), (tenant, space, digest, dedup_since)
+                )
+                if await cursor.fetchone() is not None:
+                    return None
+            cursor = await conn.execute(
+                "INSERT INTO jobs (id, tenant, space, status, payload, max_attempts,"
+                " available_at, created_at, updated_at, draft, content_hash)"
+                " VALUES (%s, %s, %s, 'pending', %s, %s, %s, %s, %s, true, %s)"
+                f" RETURNING {JOB_COLUMNS}",
+                (job_id, tenant, space, Jsonb(payload), max_attempts, now, now, now, digest),
+            )
+            return job_from_row(await cursor.fetchone())
+
+    async def finish_draft(self, job_id: str, payload: dict[str, Any]) -> bool:
+        now = time.time()
+        async with self.store.connection() as conn:
+            cursor = await conn.execute(
+                "UPDATE jobs SET draft = false, payload = %s, available_at = %s, updated_at = %s"
+                " WHERE id = %s AND draft = true",
+                (Jsonb(payload), now, now, job_id),
+            )
+            return cursor.rowcount > 0
+
+    async def drop_draft(self, job_id: str) -> None:
+        async with self.store.connection() as conn:
+            await conn.execute("DELETE FROM jobs WHERE id = %s AND draft = true", (job_id,))
+
+    async def backlog(self) -> dict[str, int]:
+        return dict(await self.store.fetch(BACKLOG_SQL))
+
+    async def oldest_pending_at(self) -> float | None:
+        return (await self.store.fetch(OLDEST_PENDING_SQL))[0][0]
+
+    async def prune(self, done_before: float, drafts_before: float) -> tuple[int, int]:
+        async with self.store.connection() as conn:
+            done = await conn.execute(
+                "DELETE FROM jobs WHERE status = 'done' AND updated_at < %s", (done_before,)
+            )
+            drafts = await conn.execute(
+                "DELETE FROM jobs WHERE draft = true AND created_at < %s", (drafts_before,)
+            )
+            return done.rowcount, drafts.rowcount
+
+    async def purge(self, tenant: str, job_id: str) -> None:
+        validate_id(tenant, "tenant")
+        async with self.store.connection() as conn:
+            cursor = await conn.execute(
+                "SELECT status FROM jobs WHERE id = %s AND tenant = %s AND draft = false"
+                " FOR UPDATE",
+                (job_id, tenant),
+            )
+            row = await cursor.fetchone()
+            if row is None:
+                raise NotFound(f"no job {job_id!r} in tenant {tenant!r}")
+            if row[0] != "dead":
+                raise InvalidInput(f"only dead-lettered jobs can be purged (this one is {row[0]})")
+            await conn.execute("DELETE FROM jobs WHERE id = %s", (job_id,))
 
     async def retry(self, tenant: str, job_id: str) -> Job:
         validate_id(tenant, "tenant")
@@ -170,7 +262,8 @@ class PostgresJobs:
 
     async def get_job(self, tenant: str, job_id: str) -> Job | None:
         rows = await self.store.fetch(
-            f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = %s AND tenant = %s", (job_id, tenant)
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = %s AND tenant = %s AND draft = false",
+            (job_id, tenant),
         )
         return job_from_row(rows[0]) if rows else None
 

@@ -88,7 +88,17 @@ def _v1(dim: int) -> list[str]:
     ]
 
 
-MIGRATIONS = [_v1]
+def _v2(dim: int) -> list[str]:
+    """Jobs written before the answer (drafts), a content hash for dedup, retention."""
+    return [
+        "ALTER TABLE jobs ADD COLUMN draft boolean NOT NULL DEFAULT false",
+        "ALTER TABLE jobs ADD COLUMN content_hash text",
+        "CREATE INDEX jobs_content ON jobs (tenant, space, content_hash)",
+        "CREATE INDEX jobs_finished ON jobs (status, updated_at)",
+    ]
+
+
+MIGRATIONS = [_v1, _v2]
 
 
 async def migrate(conn: AsyncConnection, embedder_name: str, dim: int) -> int:

@@ -90,7 +90,17 @@ def _v2(dim: int) -> list[str]:
     ]
 
 
-MIGRATIONS = [_v1, _v2]
+def _v3(dim: int) -> list[str]:
+    """Jobs written before the answer (drafts), a content hash for dedup, retention."""
+    return [
+        "ALTER TABLE jobs ADD COLUMN draft INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE jobs ADD COLUMN content_hash TEXT",
+        "CREATE INDEX jobs_content ON jobs (tenant, space, content_hash)",
+        "CREATE INDEX jobs_finished ON jobs (status, updated_at)",
+    ]
+
+
+MIGRATIONS = [_v1, _v2, _v3]
 
 
 def migrate(conn: Connection, embedder_name: str, dim: int) -> int:

@@ -42,8 +42,48 @@ class SQLiteJobs:
     async def release(self, job_id: str, owner: str) -> None:
         await self.store.run_write(lambda c: jobs.release(c, job_id, owner))
 
-    async def release_all(self, owner: str | None = None) -> int:
+    async def release_all(self, owner: str) -> int:
         return await self.store.run_write(lambda c: jobs.release_all(c, owner))
+
+    async def extend(self, job_id: str, owner: str, lease_seconds: float) -> bool:
+        return await self.store.run_write(lambda c: jobs.extend(c, job_id, owner, lease_seconds))
+
+    async def reserve(
+        self,
+        tenant: str,
+        space: str,
+        payload: dict[str, Any],
+        job_id: str,
+        max_attempts: int,
+        digest: str | None,
+        dedup_since: float,
+    ) -> Job | None:
+        validate_id(tenant, "tenant")
+        validate_id(space, "space")
+        return await self.store.run_write(
+            lambda c: jobs.reserve(
+                c, tenant, space, payload, job_id, max_attempts, digest, dedup_since
+            )
+        )
+
+    async def finish_draft(self, job_id: str, payload: dict[str, Any]) -> bool:
+        return await self.store.run_write(lambda c: jobs.finish_draft(c, job_id, payload))
+
+    async def drop_draft(self, job_id: str) -> None:
+        await self.store.run_write(lambda c: jobs.drop_draft(c, job_id))
+
+    async def backlog(self) -> dict[str, int]:
+        return await self.store.run_read(jobs.backlog)
+
+    async def oldest_pending_at(self) -> float | None:
+        return await self.store.run_read(jobs.oldest_pending_at)
+
+    async def prune(self, done_before: float, drafts_before: float) -> tuple[int, int]:
+        return await self.store.run_write(lambda c: jobs.prune(c, done_before, drafts_before))
+
+    async def purge(self, tenant: str, job_id: str) -> None:
+        validate_id(tenant, "tenant")
+        await self.store.run_write(lambda c: jobs.purge(c, tenant, job_id))
 
     async def retry(self, tenant: str, job_id: str) -> Job:
         validate_id(tenant, "tenant")

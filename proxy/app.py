@@ -6,8 +6,8 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import AsyncIterator
-from typing import Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Protocol
 
 import httpx
 from starlette.applications import Starlette
@@ -96,6 +96,7 @@ def create_app(
     routes: list[BaseRoute] | None = None,
     metrics: Metrics | None = None,
     keys: KeyStore | None = None,
+    readiness: Callable[[], Awaitable[tuple[bool, dict[str, Any]]]] | None = None,
 ) -> TimingMiddleware:
     """Build the ASGI app; `interceptors` plug memory into chat completions, `resources`
     are started in order before the first request and closed in reverse after the last."""
@@ -116,9 +117,16 @@ def create_app(
                 {"status": "unavailable", "upstream": upstream.root, "error": type(exc).__name__},
                 status_code=503,
             )
-        return JSONResponse(
-            {"status": "ready", "upstream": upstream.root, "upstream_status": response.status_code}
-        )
+        body: dict[str, Any] = {
+            "status": "ready",
+            "upstream": upstream.root,
+            "upstream_status": response.status_code,
+        }
+        if readiness is not None:  # the learning loop: workers alive, backlog, oldest job
+            ready, body["learning"] = await readiness()
+            if not ready:
+                return JSONResponse({**body, "status": "unavailable"}, status_code=503)
+        return JSONResponse(body)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -1,4 +1,10 @@
-"""`POST /v1/chat/completions`: interceptors before, byte-exact relay, exchange after."""
+"""`POST /v1/chat/completions`: interceptors before, byte-exact relay, exchange after.
+
+Besides `before`, `response_started` and `after`, an interceptor may define
+`answer_complete(ctx, exchange)`, awaited once the whole answer is known but before its
+last bytes reach the client (so whatever it records is durable by the time the client
+holds the answer), and `finished(ctx)`, called when the request ends, however it ends.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ from typing import Any
 
 import anyio
 
-from proxy.asgi import Receive, Scope, Send
+from proxy.asgi import Message, Receive, Scope, Send
 from proxy.background import TaskSet
 from proxy.downstream import BodyTooLarge, Downstream
 from proxy.errors import send_error
@@ -48,9 +54,31 @@ class ChatCompletions:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         downstream = Downstream(receive)
-        await downstream.run(lambda: self._handle(scope, downstream, send))
+        contexts: list[ChatContext] = []
+        try:
+            await downstream.run(lambda: self._handle(scope, downstream, send, contexts))
+        finally:
+            for ctx in contexts:
+                self._finished(ctx)
 
-    async def _handle(self, scope: Scope, downstream: Downstream, send: Send) -> None:
+    def _finished(self, ctx: ChatContext) -> None:
+        for interceptor in self.interceptors:
+            finished = getattr(interceptor, "finished", None)
+            if finished is not None:
+                try:
+                    finished(ctx)
+                except Exception:
+                    log.exception("an interceptor failed at the end of request %s", ctx.request_id)
+
+    async def _answer_complete(self, ctx: ChatContext, exchange: Exchange) -> None:
+        for interceptor in self.interceptors:
+            complete = getattr(interceptor, "answer_complete", None)
+            if complete is not None:
+                await complete(ctx, exchange)
+
+    async def _handle(
+        self, scope: Scope, downstream: Downstream, send: Send, contexts: list[ChatContext]
+    ) -> None:
         settings = self.upstream.settings
         deadline = anyio.current_time() + settings.total_timeout
         try:
@@ -70,6 +98,7 @@ class ChatCompletions:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         ctx = ChatContext(request_id=request_id(scope), headers=headers, body=body)
         ctx.state[SCOPE_KEY] = identity_of(scope).memory  # decided once, at the edge
+        contexts.append(ctx)
         try:
             for interceptor in self.interceptors:
                 await interceptor.before(ctx)
@@ -138,8 +167,19 @@ class ChatCompletions:
         if streamed:
             assembler = StreamAssembler(exchange)
             tap = DecodingTap(response.headers.get("content-encoding"), assembler.feed)
+            finished = False
+
+            async def send_stream(message: Message) -> None:
+                # The tap has read this chunk already: if it completed the answer, the
+                # interceptors record it before the client can see the end of it.
+                nonlocal finished
+                if not finished and tap.supported and exchange.complete:
+                    finished = True
+                    await self._answer_complete(ctx, exchange)
+                await send(message)
+
             try:
-                await relay_response(send, response, ctx.response_headers, tap, deadline)
+                await relay_response(send_stream, response, ctx.response_headers, tap, deadline)
             except BaseException:
                 # A client that read `[DONE]` may hang up before the stream's last empty
                 # frame is written; the answer it got was whole, so it still counts.
@@ -158,8 +198,36 @@ class ChatCompletions:
                 buffer.extend(chunk)
 
         tap = DecodingTap(response.headers.get("content-encoding"), collect)
-        await relay_response(send, response, ctx.response_headers, tap, deadline)
-        if not tap.supported or len(buffer) > JSON_TAP_LIMIT:
+        held: list[Message] = []
+        result: list[Exchange] = []
+
+        async def send_json(message: Message) -> None:
+            # One chunk is held back, so the answer can be parsed and recorded before its
+            # last bytes reach the client (same total time; a JSON answer is not streamed).
+            if message["type"] != "http.response.body":
+                await send(message)
+                return
+            if message.get("more_body", False):
+                if held:
+                    await send(held.pop())
+                held.append(message)
+                return
+            parsed = self._parse_answer(exchange, buffer, tap.supported)
+            if parsed is not None:
+                result.append(parsed)
+                await self._answer_complete(ctx, parsed)
+            for pending in held:
+                await send(pending)
+            held.clear()
+            await send(message)
+
+        await relay_response(send_json, response, ctx.response_headers, tap, deadline)
+        return result[0] if result else None
+
+    def _parse_answer(
+        self, exchange: Exchange, buffer: bytearray, supported: bool
+    ) -> Exchange | None:
+        if not supported or len(buffer) > JSON_TAP_LIMIT:
             return None
         try:
             parsed = json.loads(bytes(buffer))

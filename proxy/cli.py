@@ -111,9 +111,14 @@ def serve(
         raise typer.BadParameter(f"refusing to serve {settings.host} {why}")
     from proxy.local_llm import LocalModelMissing
     from proxy.logs import configure_logging
+    from proxy.preflight import PortBusy, check_port_free
     from proxy.wiring import build_app
 
     configure_logging(settings.log_level)
+    try:  # before llama.cpp starts or the queue is touched (issue 14)
+        check_port_free(settings.host, settings.port)
+    except PortBusy as exc:
+        raise typer.BadParameter(str(exc)) from exc
     try:
         application = build_app(settings)
     except LocalModelMissing as exc:

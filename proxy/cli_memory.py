@@ -332,6 +332,7 @@ def register(app: typer.Typer) -> None:
             list[str] | None, typer.Option(help="pending, leased, done, dead.")
         ] = None,
         retry: Annotated[str | None, typer.Option(help="Retry this dead-lettered job.")] = None,
+        purge: Annotated[str | None, typer.Option(help="Delete this dead-lettered job.")] = None,
         limit: int = 50,
         as_json: AsJson = False,
     ) -> None:
@@ -341,6 +342,9 @@ def register(app: typer.Typer) -> None:
             queue = jobs_for(store)
             if retry:
                 return (await queue.retry(tenant, retry)).as_dict()
+            if purge:
+                await queue.purge(tenant, purge)
+                return {"id": purge, "purged": True}
             return {
                 "data": [j.as_dict() for j in await queue.list_jobs(tenant, status, limit)],
                 "counts": await queue.job_counts(tenant),
@@ -351,6 +355,8 @@ def register(app: typer.Typer) -> None:
             emit_json(result)
         elif retry:
             print(f"queued again: {result['id']}")
+        elif purge:
+            print(f"purged: {result['id']}")
         else:
             table(
                 f"jobs of {tenant}",

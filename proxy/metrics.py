@@ -4,11 +4,22 @@ from __future__ import annotations
 
 from collections import Counter as PyCounter
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+HEALTH_GAUGES = (
+    ("memrelay_extraction_workers", "workers", "Extraction workers configured"),
+    ("memrelay_extraction_workers_alive", "workers_alive", "Extraction workers running"),
+    ("memrelay_extraction_backlog_jobs", "backlog", "Pending, leased and draft jobs"),
+    (
+        "memrelay_extraction_oldest_pending_seconds",
+        "oldest_pending_seconds",
+        "Age of the oldest job waiting or running",
+    ),
+)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
@@ -32,6 +43,7 @@ class _Snapshot(Collector):
         self.queue: dict[str, int] = {}
         self.memories: dict[str, int] = {}
         self.jobs: Callable[[], PyCounter[str]] | None = None
+        self.health: dict[str, Any] = {}
 
     def collect(self) -> Iterator[Metric]:
         depth = GaugeMetricFamily(
@@ -48,9 +60,22 @@ class _Snapshot(Collector):
             "memrelay_extraction_jobs", "Jobs processed by this process", labels=["outcome"]
         )
         counts = self.jobs() if self.jobs else PyCounter()
-        for outcome in ("done", "failed", "dead"):
+        for outcome in ("done", "failed", "dead", "errors", "lease_lost"):
             processed.add_metric([outcome], counts.get(outcome, 0))
         yield processed
+        yield CounterMetricFamily(
+            "memrelay_extraction_worker_restarts",
+            "Extraction worker tasks that ended and were restarted",
+            value=counts.get("restarts", 0),
+        )
+        yield CounterMetricFamily(
+            "memrelay_extraction_pruned_jobs",
+            "Done jobs deleted after their retention, by this process",
+            value=counts.get("pruned", 0),
+        )
+        for name, key, doc in HEALTH_GAUGES:
+            if key in self.health:
+                yield GaugeMetricFamily(name, doc, value=float(self.health[key]))
 
 
 class Metrics:
@@ -90,6 +115,19 @@ class Metrics:
         self.recall_status = Counter("memrelay_recall", "Recall outcomes", ["status"], registry=r)
         self.injected = Counter(
             "memrelay_memories_injected", "Memories injected into prompts", registry=r
+        )
+        self.learning = Counter(
+            "memrelay_learning_exchanges",
+            "Chat completions by X-Memrelay-Memory-Status (queued, skipped, shed, duplicate, off)",
+            ["status"],
+            registry=r,
+        )
+        self.drafts = Counter(
+            "memrelay_learning_drafts",
+            "Jobs written before the answer: finished with it, dropped (answer failed or"
+            " cut), or failed (could not be finished)",
+            ["outcome"],
+            registry=r,
         )
         self.snapshot = _Snapshot()
         r.register(self.snapshot)

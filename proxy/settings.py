@@ -79,11 +79,18 @@ class Settings(BaseSettings):
     )
     extraction_workers: int = Field(default=2, ge=0, le=64)
     extraction_max_attempts: int = Field(default=5, ge=1, le=100)
-    extraction_lease_seconds: float = Field(default=120.0, gt=0)
+    extraction_lease_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="A job's lease; a heartbeat extends it while the job runs, so it only"
+        " bounds how soon a dead process's job is taken over.",
+    )
     extraction_retry_base_seconds: float = Field(
         default=2.0, ge=0, description="First backoff after a failed job; doubles per attempt."
     )
-    extraction_timeout: float = Field(default=60.0, gt=0)
+    extraction_timeout: float = Field(
+        default=60.0, gt=0, description="Seconds for one extraction LLM call (3 tries)."
+    )
     extraction_max_tokens: int = Field(default=800, ge=16, le=32_000)
     extraction_thinking_off: bool = Field(
         default=True, description="Send chat_template_kwargs.enable_thinking=false."
@@ -118,6 +125,30 @@ class Settings(BaseSettings):
     )
     import_max_bytes: int = Field(
         default=256 * 1024 * 1024, gt=0, description="Largest admin import body (streamed)."
+    )
+    extraction_max_backlog: int = Field(
+        default=10_000,
+        ge=1,
+        description="Pending + leased extraction jobs in all tenants; past it new exchanges"
+        " are not learned (status `shed`).",
+    )
+    extraction_max_backlog_per_tenant: int = Field(
+        default=1_000, ge=1, description="The same limit for one tenant."
+    )
+    extraction_done_retention_seconds: float = Field(
+        default=86_400.0,
+        ge=0,
+        description="Done jobs are deleted this long after they finished (dead jobs are kept).",
+    )
+    extraction_dedup_seconds: float = Field(
+        default=3_600.0,
+        ge=0,
+        description="The same request (scope and messages) within this window is learned once.",
+    )
+    extraction_yield_to_chats: bool | None = Field(
+        default=None,
+        description="Workers wait while users' chats are in flight (default: only with the"
+        " embedded llama.cpp, whose slots they share).",
     )
 
     @field_validator("ignore_patterns")

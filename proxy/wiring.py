@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -9,7 +11,7 @@ from starlette.routing import Route
 from extraction.entities import GLiNER2Entities
 from extraction.llm import OpenAICompatibleLLM
 from extraction.reconcile import Reconciler
-from extraction.worker import ExtractionWorkers
+from extraction.worker import ChatActivity, ExtractionWorkers
 from memory_core.backends import jobs_for, make_store
 from memory_core.embedder import FastEmbedEmbedder
 from memory_core.store import MemoryStore
@@ -69,19 +71,32 @@ def build_app(settings: Settings, store: MemoryStore | None = None) -> ASGIApp:
         else None
     )
     reconciler = Reconciler(store, llm)
+    yield_to_chats = settings.extraction_yield_to_chats
+    if yield_to_chats is None:
+        yield_to_chats = local is not None  # the embedded llama.cpp's slots are shared
+    activity = ChatActivity() if yield_to_chats else None
+    concurrency = settings.extraction_workers
+    if local is not None and activity is not None and concurrency:
+        # Keep one of the embedded llama.cpp's slots for users: a chat that arrives while
+        # extraction runs starts at once instead of waiting for a slot.
+        concurrency = min(concurrency, max(1, settings.local_parallel - 1))
     workers = ExtractionWorkers(
         jobs,
         llm,
         reconciler,
         entities=entities,
-        concurrency=settings.extraction_workers,
+        concurrency=concurrency,
         lease_seconds=settings.extraction_lease_seconds,
         retry_base_seconds=settings.extraction_retry_base_seconds,
+        done_retention_seconds=settings.extraction_done_retention_seconds,
+        # A draft older than the longest possible exchange belongs to a process that died.
+        draft_max_age_seconds=settings.total_timeout + 60,
+        yield_to=activity,
     )
     metrics.snapshot.jobs = lambda: workers.counts
     interceptors = [
         RecallInterceptor(store, settings, metrics),
-        ExtractionInterceptor(jobs, workers, settings),
+        ExtractionInterceptor(jobs, workers, settings, metrics, activity),
     ]
     admin = AdminAPI(store, jobs, reconciler, settings)
 
@@ -90,6 +105,7 @@ def build_app(settings: Settings, store: MemoryStore | None = None) -> ASGIApp:
 
     async def metrics_endpoint(request: Request) -> Response:
         metrics.snapshot.queue = await jobs.job_counts()
+        metrics.snapshot.health = await workers.health()
         metrics.snapshot.memories = await store.status_counts()
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
@@ -109,4 +125,19 @@ def build_app(settings: Settings, store: MemoryStore | None = None) -> ASGIApp:
         routes=routes,
         metrics=metrics,
         keys=KeyStore(settings.keys_file, must_exist=True),
+        readiness=learning_readiness(workers),
     )
+
+
+def learning_readiness(workers: ExtractionWorkers) -> Any:
+    """The learning loop's part of /memrelay/readyz: not ready when workers should run
+    and none does (the supervisor restarts them, so this means it cannot)."""
+
+    async def check() -> tuple[bool, dict[str, Any]]:
+        try:
+            health = await workers.health()
+        except Exception as exc:
+            return False, {"error": f"{type(exc).__name__}: {exc}"}
+        return not (health["workers"] and not health["workers_alive"]), health
+
+    return check

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from extraction.facts import read_extraction
-from extraction.llm import LLMError, OpenAICompatibleLLM
+from extraction.llm import LLMError, OpenAICompatibleLLM, TransientLLMError
 from extraction.parsing import NoJSON, parse_json
 from tests.fake_upstream import Reply, completion
 
@@ -71,9 +71,25 @@ def test_transient_errors_are_retried_then_given_up(fake, fake_url):
     assert len(fake.requests) == 3
 
 
-def test_unreachable_server_is_a_transient_error(fake):
-    with pytest.raises(LLMError, match="unreachable"):
+def test_unreachable_server_is_a_transient_error_that_says_refused(fake):
+    with pytest.raises(TransientLLMError, match="connection refused"):
         ask("http://127.0.0.1:9", attempts=2)
+
+
+def test_errors_name_the_cause(fake, fake_url):
+    """A read timeout says so and after how long (it used to be an empty reason); an HTTP
+    error carries its status and the upstream's own message."""
+    fake.script.append(Reply.json(completion("{}"), status=200))
+    fake.script[-1].first_delay = 2.0
+    with pytest.raises(TransientLLMError, match=r"read timeout after 0\.3 s"):
+        ask(fake_url, attempts=1, timeout=0.3)
+    fake.reset()
+    fake.script.append(Reply.json({"error": {"message": "model is overloaded"}}, status=503))
+    with pytest.raises(TransientLLMError, match="HTTP 503: model is overloaded"):
+        ask(fake_url, attempts=1)
+    fake.script.append(Reply.json({"error": {"message": "bad key"}}, status=401))
+    with pytest.raises(LLMError, match="HTTP 401: bad key"):
+        ask(fake_url, attempts=1)
 
 
 def test_garbage_answer_is_an_error(fake, fake_url):

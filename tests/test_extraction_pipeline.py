@@ -127,8 +127,8 @@ def test_assistant_claim_cannot_override_the_user(fake, memory_proxy, script):
 def test_same_fact_twice_reinforces_instead_of_duplicating(fake, memory_proxy, script):
     server, seed = memory_proxy(extraction_workers=1)
     script.facts["tea"] = [fact("The user drinks green tea every morning", "preference")]
-    for i in range(3):
-        say(server, "I love my tea")
+    for i, text in enumerate(["I love my tea", "my tea again this morning", "more tea, please"]):
+        say(server, text)  # three exchanges stating one fact: corroboration
         drain(seed, i + 1)
     memories = active(seed)
     assert len(memories) == 1 and memories[0].confidence > 0.9
@@ -172,7 +172,7 @@ def test_explicit_forget_request_forgets_only_a_clear_match(fake, memory_proxy, 
     assert [m.content for m in active(seed)] == ["The user likes jazz"]
     # A made-up id is not obeyed either.
     script.choose = lambda candidates: "mem_invented"
-    say(server, "forget that thing")
+    say(server, "now forget that thing")
     drain(seed, 3)
     assert [m.content for m in active(seed)] == ["The user likes jazz"]
 

@@ -78,7 +78,82 @@ def test_release_gives_the_attempt_back(jobs, run):
     job = run(jobs.get_job("acme", "j"))
     assert job.status == "pending" and job.attempts == 0
     run(jobs.claim("w", 30))
-    assert run(jobs.release_all()) == 1
+    assert run(jobs.release_all("w")) == 1
+
+
+def test_a_process_gives_back_only_its_own_leases(jobs, run):
+    """Starting (or stopping) one process never frees another's work: release_all needs
+    an owner and matches only that process's workers."""
+    for scope in ("s1", "s2", "s3"):
+        run(jobs.enqueue("acme", scope, {}, job_id=scope))
+    assert run(jobs.claim("host:1:aaaa-0", 30)).id == "s1"
+    assert run(jobs.claim("host:2:bbbb-0", 30)).id == "s2"
+    assert run(jobs.claim("host:1:aaaa0-0", 30)).id == "s3"  # a look-alike owner
+    assert run(jobs.release_all("host:1:aaaa")) == 1
+    leased = {j.id: j.lease_owner for j in run(jobs.list_jobs("acme", ["leased"]))}
+    assert leased == {"s2": "host:2:bbbb-0", "s3": "host:1:aaaa0-0"}
+    with pytest.raises(InvalidInput):
+        run(jobs.release_all(""))
+
+
+def test_a_heartbeat_keeps_the_lease_and_tells_a_lost_one(jobs, run):
+    run(jobs.enqueue("acme", "default", {}, job_id="j"))
+    assert run(jobs.claim("w", 0.3)).id == "j"
+    assert run(jobs.extend("j", "w", 30)) is True
+    time.sleep(0.4)
+    assert run(jobs.claim("other", 30)) is None  # extended: still w's
+    assert run(jobs.extend("j", "other", 30)) is False
+    run(jobs.complete("j", "w", {}))
+    assert run(jobs.extend("j", "w", 30)) is False
+
+
+def test_a_draft_is_invisible_until_finished_and_can_be_dropped(jobs, run):
+    draft = run(jobs.reserve("acme", "default", {"user": "u"}, "d1", 5, "h1", 0.0))
+    assert draft is not None and draft.status == "pending"
+    run(jobs.enqueue("acme", "default", {"user": "later"}, job_id="j2"))
+    assert run(jobs.job_counts("acme"))["pending"] == 1  # the draft is not counted
+    assert run(jobs.get_job("acme", "d1")) is None
+    assert run(jobs.backlog()) == {"acme": 2}  # ...but it weighs on the backlog
+    claimed = run(jobs.claim("w", 30))
+    assert claimed.id == "j2"  # a draft never blocks the jobs after it
+    run(jobs.complete("j2", "w", {}))
+    assert run(jobs.finish_draft("d1", {"user": "u", "assistant": "a"})) is True
+    assert run(jobs.finish_draft("d1", {})) is False
+    job = run(jobs.claim("w", 30))
+    assert job.id == "d1" and job.payload == {"user": "u", "assistant": "a"}
+    run(jobs.reserve("acme", "default", {}, "d2", 5, None, 0.0))
+    run(jobs.drop_draft("d2"))
+    run(jobs.drop_draft("d1"))  # a finished job is no draft: kept
+    assert run(jobs.get_job("acme", "d1")) is not None
+    assert run(jobs.backlog()) == {"acme": 1}
+
+
+def test_the_same_content_is_queued_once_within_the_window(jobs, run):
+    assert run(jobs.reserve("acme", "s", {}, "a", 5, "same", time.time() - 60)) is not None
+    assert run(jobs.reserve("acme", "s", {}, "b", 5, "same", time.time() - 60)) is None
+    assert run(jobs.reserve("acme", "other", {}, "c", 5, "same", time.time() - 60)) is not None
+    assert run(jobs.reserve("acme", "s", {}, "d", 5, "same", time.time() + 1)) is not None
+
+
+def test_retention_prunes_done_jobs_and_stale_drafts_but_keeps_dead_ones(jobs, run):
+    for job_id, space in (("done", "s1"), ("dead", "s2"), ("waiting", "s3")):
+        run(jobs.enqueue("acme", space, {}, job_id=job_id, max_attempts=1))
+    run(jobs.reserve("acme", "s4", {}, "draft", 5, None, 0.0))
+    run(jobs.claim("w", 30))
+    run(jobs.complete("done", "w", {}))
+    run(jobs.claim("w", 30))
+    run(jobs.fail("dead", "w", "boom", 0))
+    assert run(jobs.oldest_pending_at()) is not None
+    assert run(jobs.prune(time.time() - 60, time.time() - 60)) == (0, 0)
+    assert run(jobs.prune(time.time() + 1, time.time() + 1)) == (1, 1)
+    left = {j.id: j.status for j in run(jobs.list_jobs("acme"))}
+    assert left == {"dead": "dead", "waiting": "pending"}
+    with pytest.raises(InvalidInput, match="only dead"):
+        run(jobs.purge("acme", "waiting"))
+    with pytest.raises(NotFound):
+        run(jobs.purge("other", "dead"))
+    run(jobs.purge("acme", "dead"))
+    assert run(jobs.get_job("acme", "dead")) is None
 
 
 def test_listing_is_scoped_by_tenant(jobs, run):

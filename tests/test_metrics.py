@@ -57,8 +57,16 @@ def test_metrics_move_after_traffic(fake, memory_proxy):
     assert value(after, "memrelay_upstream_seconds_count", route="passthrough") == 2
     assert value(after, "memrelay_overhead_seconds_count", route="chat_completions") == 3
     assert value(after, "memrelay_memories", status="active") == 1
-    assert value(after, "memrelay_extraction_queue_jobs", status="pending") == 3  # workers off here
+    # The same request thrice is one piece of evidence: one job, two duplicates.
+    assert value(after, "memrelay_extraction_queue_jobs", status="pending") == 1  # workers off
+    assert value(after, "memrelay_learning_exchanges_total", status="queued") == 1
+    assert value(after, "memrelay_learning_exchanges_total", status="duplicate") == 2
+    assert value(after, "memrelay_learning_drafts_total", outcome="finished") == 1
     assert ("memrelay_extraction_jobs_total", (("outcome", "done"),)) in after
+    # The learning loop's health: no workers here (0 of 0 alive), one job waiting.
+    assert value(after, "memrelay_extraction_workers") == 0
+    assert value(after, "memrelay_extraction_backlog_jobs") == 1
+    assert value(after, "memrelay_extraction_oldest_pending_seconds") >= 0
 
 
 def test_metrics_have_no_tenant_or_content_labels(fake, memory_proxy):

@@ -174,11 +174,46 @@ def test_remembered_through_one_replica_recalled_through_the_other(fake, replica
     assert "Never deploy" not in json.dumps(fake.chat_requests()[-1].json())
 
 
+def third_process_on_a_busy_port_leaves_every_lease_alone(
+    conn: Any, a: Replica, b: Replica, database: str, upstream: str
+) -> None:
+    """A third `memrelay serve` started mid-run on A's (busy) port fails before it
+    touches the queue: the leases A and B hold are exactly as they were. A and B are
+    frozen meanwhile, so that nothing else moves a lease."""
+
+    def leases() -> list[tuple[str, str, int]]:
+        return conn.execute(
+            "SELECT id, lease_owner, attempts FROM jobs WHERE status = 'leased' ORDER BY id"
+        ).fetchall()
+
+    env = dict(os.environ)
+    env.update(MEMRELAY_DB=database, MEMRELAY_UPSTREAM_URL=upstream, MEMRELAY_PORT=str(a.port))
+    env["MEMRELAY_EXTRACTION_WORKERS"] = "3"
+    for replica in (a, b):
+        replica.process.send_signal(signal.SIGSTOP)
+    try:
+        before = leases()
+        third = subprocess.run(
+            [MEMRELAY, "serve"], env=env, capture_output=True, text=True, timeout=120
+        )
+        after = leases()
+    finally:
+        for replica in (a, b):
+            replica.process.send_signal(signal.SIGCONT)
+    assert before, "no lease was held when the third process started"
+    assert after == before
+    assert third.returncode != 0 and "cannot listen" in third.stdout + third.stderr
+
+
 @pytest.mark.slow
-def test_thousand_exchanges_extracted_exactly_once_with_a_replica_killed(fake, replicas, database):
+def test_thousand_exchanges_extracted_exactly_once_with_a_replica_killed(
+    fake, replicas, database, fake_url
+):
     extraction = OneFactPerExchange(delay=0.3)  # slow while the exchanges are sent
     fake.responder = extraction
-    settings = {"extraction_workers": 3, "extraction_lease_seconds": 3}
+    # Heartbeats keep leases while jobs run; the lease only bounds how soon a dead
+    # replica's jobs are taken over.
+    settings = {"extraction_workers": 3, "extraction_lease_seconds": 8}
     a, b = replicas(**settings), replicas(**settings)
     tenants = [f"team{i}" for i in range(8)]
 
@@ -211,6 +246,7 @@ def test_thousand_exchanges_extracted_exactly_once_with_a_replica_killed(fake, r
         while sum(counts().values()) < 1000 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert sum(counts().values()) == 1000  # every exchange was queued
+        third_process_on_a_busy_port_leaves_every_lease_alone(conn, a, b, database, fake_url)
         extraction.delay = 0.03
         # Kill replica A while its workers hold leases and work is left for B. Lease
         # owners name host and pid, so A's leases can be told from B's.
