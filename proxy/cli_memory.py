@@ -106,6 +106,9 @@ def register(app: typer.Typer) -> None:
         value: str | None = None,
         confidence: float = 0.9,
         as_json: AsJson = False,
+        print_id: Annotated[
+            bool, typer.Option("--print-id", help="Print only the memory's id (for scripts).")
+        ] = False,
     ) -> None:
         """Remember something; reconciled like extracted facts (it may supersede)."""
         if kind not in KINDS:
@@ -122,6 +125,8 @@ def register(app: typer.Typer) -> None:
         result = with_store(db, work)
         if as_json:
             emit_json(result)
+        elif print_id:
+            print(result["memory_id"])
         else:
             extra = f" (superseded {', '.join(result['old_ids'])})" if result["old_ids"] else ""
             print(f"{result['action']}: {result['memory_id']}{extra}")
