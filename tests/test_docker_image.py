@@ -143,6 +143,14 @@ def test_image_starts_with_plain_docker_run_and_is_ready_on_the_embedded_model(i
             assert (data / "keys.json").stat().st_uid == 10001
             assert (data / "memrelay.db").stat().st_uid == 10001
             assert data.stat().st_uid == 10001
+            # Debian trixie's sqlite3 loads extensions and is new enough: no pysqlite3.
+            module = in_image(
+                stage,
+                None,
+                ["python", "-c", "import memory_core.sqlite_db as d; print(d.MODULE_NOTE)"],
+                env,
+            )
+            assert module.stdout.strip() == "the standard sqlite3 module", module
             # Another uid, as with `docker run --user 12345`: /data is not its own.
             refused = in_image(
                 stage, None, [*stage.entrypoint, "stats"], env, user=["--userspec=12345:12345"]
