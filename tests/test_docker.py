@@ -18,6 +18,7 @@ import httpx
 import pytest
 import yaml
 
+from proxy.settings import Settings
 from tests.dockerfile_chroot import ignored
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,6 +80,8 @@ def test_compose_file_parses_and_is_consistent():
     for name in ("memrelay-replica-1", "memrelay-replica-2"):
         assert f"server {name}:8421;" in balancer
     assert "proxy_buffering off;" in balancer  # streams pass through unbuffered
+    limit = re.search(r"client_max_body_size (\d+)m;", balancer)
+    assert limit and int(limit.group(1)) * 1024 * 1024 >= Settings().max_body_bytes
     for service in services.values():
         for port in service.get("ports", []):
             assert port.startswith("127.0.0.1:"), "published ports stay on loopback while insecure"
