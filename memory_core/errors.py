@@ -25,3 +25,8 @@ class ModelNotInstalled(MemoryError_, RuntimeError):
 
 class SchemaMismatch(MemoryError_, RuntimeError):
     """The database was made by another embedder or a newer memrelay."""
+
+
+class DatabaseUnavailable(MemoryError_, OSError):
+    """The database cannot be opened (missing folder, no permission, not a file); the
+    message names the path."""

@@ -296,7 +296,7 @@ class PostgresStore(EmbeddingStore):
                         result.skipped += 1
                     else:
                         result.errors.append(
-                            f"line {number}: id {record['id']} belongs to another tenant"
+                            transfer.transfer_conflict(number, record["id"], rows[0][0], tenant)
                         )
                     continue
                 try:

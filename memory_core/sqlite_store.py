@@ -40,7 +40,7 @@ from memory_core.rows import (
     memory_from_row,
 )
 from memory_core.schema import migrate
-from memory_core.sqlite_db import Connection, connect
+from memory_core.sqlite_db import Connection, check_database_path, connect
 from memory_core.store import ImportResult, ListQuery, Page
 from memory_core.store_base import EmbeddingStore, import_texts, recall_input
 from memory_core.threads import ConnectionThreads, transaction
@@ -71,7 +71,7 @@ class SQLiteStore(EmbeddingStore):
         return store
 
     async def start(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        check_database_path(self.path)
         conn = await asyncio.to_thread(connect, self.path)
         try:
             self.schema_version = await asyncio.to_thread(

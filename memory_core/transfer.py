@@ -87,7 +87,7 @@ def import_records(
             if owner[0] == tenant:
                 result.skipped += 1
             else:
-                result.errors.append(f"line {number}: id {record['id']} belongs to another tenant")
+                result.errors.append(transfer_conflict(number, record["id"], owner[0], tenant))
             continue
         conn.execute("SAVEPOINT import_one")
         try:
@@ -152,3 +152,12 @@ def _insert(conn: Connection, tenant: str, record: dict[str, Any], vector: Any) 
     memory = lifecycle.insert_memory(conn, tenant, space, new, vector, "import", **options)
     for event in imported_events(record):
         append_event(conn, memory, **event)
+
+
+def transfer_conflict(number: int, memory_id: str, owner: str, tenant: str) -> str:
+    """Why a record was not imported: its id already lives under another tenant here."""
+    return (
+        f"line {number}: memory {memory_id} already exists in this database under tenant"
+        f" {owner!r}, not {tenant!r}: ids are global, so a tenant's export imports into"
+        " another tenant only in another database"
+    )

@@ -372,6 +372,10 @@ class AdminAPI:
                 if len(batch) >= 500:
                     await flush()
         await flush()
+        if totals["errors"]:  # never a quiet 200: say which lines were not imported
+            first = totals["errors"][0]
+            error = {"message": first, "type": "invalid_request_error", "code": "import_errors"}
+            return JSONResponse({"error": error, **totals}, status_code=422)
         return JSONResponse(totals)
 
     # -- jobs ------------------------------------------------------------------------

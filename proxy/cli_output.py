@@ -6,13 +6,14 @@ import datetime as dt
 import json
 import sys
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NoReturn
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 console = Console()
-errors = Console(stderr=True)
+errors = Console(stderr=True, soft_wrap=True)  # one error, one line
 
 
 def when(timestamp: float | None) -> str:
@@ -50,3 +51,9 @@ def memory_rows(memories: Iterable[dict[str, Any]]) -> list[list[Any]]:
 
 
 MEMORY_COLUMNS = ["id", "status", "kind", "space", "content", "conf", "updated (UTC)"]
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """One readable line on stderr (never a traceback or a wrapped panel), then exit."""
+    errors.print(f"[red]error:[/red] {escape(message)}")
+    raise SystemExit(code)

@@ -39,7 +39,10 @@ class Settings(BaseSettings):
     )
     total_timeout: float = Field(default=600.0, gt=0, description="Seconds for a whole exchange.")
     max_body_bytes: int = Field(
-        default=8 * 1024 * 1024, gt=0, description="Largest chat completion request body."
+        default=64 * 1024 * 1024,
+        gt=0,
+        description="Largest chat completion request body (64 MiB: room for several "
+        "base64 images, as OpenAI accepts up to 50 MB of images in one request).",
     )
     retries: int = Field(default=2, ge=0, le=10, description="Upstream retries before any byte.")
     retry_max_wait: float = Field(

@@ -98,7 +98,8 @@ def build_app(settings: Settings, store: MemoryStore | None = None) -> ASGIApp:
         RecallInterceptor(store, settings, metrics),
         ExtractionInterceptor(jobs, workers, settings, metrics, activity),
     ]
-    admin = AdminAPI(store, jobs, reconciler, settings)
+    # What an operator adds through the admin API is recorded as theirs, not extraction's.
+    admin = AdminAPI(store, jobs, Reconciler(store, llm, actor="api"), settings)
 
     async def openapi(request: Request) -> Response:
         return JSONResponse(openapi_document())
