@@ -149,20 +149,19 @@ async def store_latency(store: Any, texts: list[str]) -> dict[str, Any]:
         await store.recall(RecallQuery(TENANT, SPACES, text, top_k=10))
         full.append((time.perf_counter() - t) * 1000)
     vectors = store.embedder.embed(texts)
-    original = store.embed
     only = []
     try:
         for text, vector in zip(texts, vectors, strict=True):
 
-            async def cached(_texts: list[str], v: np.ndarray = vector) -> np.ndarray:
-                return v[None, :]
+            async def given(_query: Any, _text: str, v: np.ndarray = vector) -> np.ndarray:
+                return v
 
-            store.embed = cached
+            store.embed_query = given
             t = time.perf_counter()
             await store.recall(RecallQuery(TENANT, SPACES, text, top_k=10))
             only.append((time.perf_counter() - t) * 1000)
     finally:
-        store.embed = original
+        del store.embed_query  # back to the class's method
     return {"store_only_ms": summary(only), "with_embedding_ms": summary(full)}
 
 

@@ -89,7 +89,7 @@ class SQLiteStore(EmbeddingStore):
             if pool is not None:
                 await asyncio.to_thread(pool.close)
         self._writer = self._readers = None
-        self._embed_pool.shutdown(wait=True)
+        self.batcher.close()
 
     # -- plumbing -------------------------------------------------------------------
 
@@ -285,7 +285,7 @@ class SQLiteStore(EmbeddingStore):
             else None
         )
         try:
-            vector = (await self.embed([text]))[0] if query.use_vector else None
+            vector = await self.embed_query(query, text) if query.use_vector else None
             vector_hits = (
                 await self.run_read(lambda c: self._knn(c, query, vector, pool))
                 if vector is not None
