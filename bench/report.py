@@ -71,6 +71,9 @@ def _overhead(r: dict[str, Any], out: Path) -> list[str]:
                     v.get("added_ttfb_p50_ms", ""),
                     v.get("added_ttfb_p99_ms", ""),
                     v.get("errors", 0),
+                    _ok_rate(v),
+                    _status_mix(v),
+                    "" if v.get("mean_recalled") is None else v["mean_recalled"],
                 ]
             )
     lines += table(
@@ -85,9 +88,19 @@ def _overhead(r: dict[str, Any], out: Path) -> list[str]:
             "added TTFB p50",
             "added TTFB p99",
             "errors",
+            "recall ok",
+            "recall status (X-Memrelay-Recall-Status)",
+            "memories injected (mean)",
         ],
         rows,
     )
+    lines += [
+        "Recall status counts come from each response's X-Memrelay-Recall-Status; a"
+        " **memory skipped** row had recalls that passed their budget or failed, so those"
+        " answers went out without memories (memory off rows say `off` by request).",
+        "",
+    ]
+    lines += _fairness(r.get("fairness"))
     lines += ["Targets:", ""]
     for check in r.get("checks", []):
         lines.append(
@@ -100,6 +113,40 @@ def _overhead(r: dict[str, Any], out: Path) -> list[str]:
     for note in r.get("notes", []):
         lines.append(f"- {note}")
     return [*lines, ""]
+
+
+def _ok_rate(v: dict[str, Any]) -> str:
+    rate = v.get("recall_ok_rate")
+    if rate is None:
+        return "n/a (off)" if (v.get("recall_status") or {}).get("off") else "n/a"
+    return f"{rate:.1%}"
+
+
+def _status_mix(v: dict[str, Any]) -> str:
+    statuses = v.get("recall_status") or {}
+    mix = ", ".join(f"{status} {count}" for status, count in statuses.items())
+    if v.get("memory_skipped"):
+        mix += f" — **memory skipped** for {v['memory_skipped']}"
+    return mix or "n/a"
+
+
+def _fairness(f: dict[str, Any] | None) -> list[str]:
+    if not f:
+        return []
+    rows = [
+        [name, v["clients"], v["ttfb_ms"]["p50"], v["ttfb_ms"]["p99"], _ok_rate(v), _status_mix(v)]
+        for name, v in f.items()
+        if name != "setup"
+    ]
+    return [
+        "Fairness (one tenant flooding):",
+        "",
+        f.get("setup", ""),
+        "",
+        *table(
+            ["run", "clients", "TTFB p50 ms", "TTFB p99 ms", "recall ok", "recall status"], rows
+        ),
+    ]
 
 
 def _locomo(r: dict[str, Any], out: Path) -> list[str]:

@@ -92,6 +92,10 @@ class QueryCache:
             while len(self._items) > self.size:
                 self._items.popitem(last=False)
 
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
     def __len__(self) -> int:
         return len(self._items)
 
