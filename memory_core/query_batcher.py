@@ -6,8 +6,9 @@ budget and answers went out without memories. Here every text goes through one w
 thread (one ONNX session busy at a time, so recall never fights learning for the cores):
 
 - Recall queries wait in per-tenant queues. When the worker is free it waits at most
-  `window_s` after the oldest query arrived (or until `max_batch` are waiting), then
-  embeds up to `max_batch` of them in ONE call, taken round-robin across tenants
+  `window_s` after the oldest query arrived (or until `max_batch` are waiting) if the
+  previous batch had company (a lone client pays no window), then embeds up to
+  `max_batch` of them in ONE call, taken round-robin across tenants
   (the tenant served first rotates): a tenant flooding the proxy gets no more than its
   share of a batch while others wait. Queries arriving while a batch runs form the next.
 - Bulk work (extraction, imports, background recalls of reconciliation) runs only
@@ -126,6 +127,7 @@ class QueryBatcher:
         self._cond = threading.Condition()
         self._closed = False
         self._thread: threading.Thread | None = None
+        self._shared = False  # the last batch had more than one caller: worth a window
         self.batches: list[int] = []  # sizes of the last query batches (tests, benchmarks)
 
     # -- callers (event loop side) -------------------------------------------------
@@ -197,7 +199,8 @@ class QueryBatcher:
             if self._queries:
                 oldest = min(q[0].arrived for q in self._queries.values())
                 wait = oldest + self.window_s - time.monotonic()
-                if wait > 0 and self._pending() < self.max_batch and not self._closed:
+                crowded = self._shared and self._pending() < self.max_batch
+                if wait > 0 and crowded and not self._closed:
                     self._cond.wait(wait)
                     continue
                 return self._take_batch(), None
@@ -238,6 +241,7 @@ class QueryBatcher:
 
     def _embed_batch(self, batch: list[_Waiter]) -> None:
         texts = list(dict.fromkeys(w.text for w in batch))  # identical texts once
+        self._shared = len(batch) > 1
         self.batches = [*self.batches[-999:], len(texts)]
         try:
             embed = getattr(self.embedder, "embed_queries", None) or self.embedder.embed
