@@ -45,6 +45,7 @@ def write_report(results: dict[str, Any], out: Path) -> None:
         "",
     ]
     for name, render in (
+        ("embedding", _embedding),
         ("overhead", _overhead),
         ("locomo", _locomo),
         ("scaling", _scaling),
@@ -114,6 +115,17 @@ def _overhead(r: dict[str, Any], out: Path) -> list[str]:
     for note in r.get("notes", []):
         lines.append(f"- {note}")
     return [*lines, ""]
+
+
+def _embedding(r: dict[str, Any], out: Path) -> list[str]:
+    rows = [[v["session"], v["batch"], v["call_ms_p50"], v["per_text_ms"]] for v in r["rows"]]
+    return [
+        "## Query embedding cost by batch size",
+        "",
+        r.get("setup", ""),
+        "",
+        *table(["ONNX session", "batch", "call p50 ms", "per text ms"], rows),
+    ]
 
 
 def _ok_rate(v: dict[str, Any]) -> str:
