@@ -249,16 +249,14 @@ class QueryBatcher:
             if len(vectors) != len(texts):
                 raise RuntimeError(f"embedder gave {len(vectors)} vectors for {len(texts)} texts")
         except Exception as exc:  # every waiter of the batch learns of it
-            for waiter in batch:
-                _settle(waiter.loop, waiter.future, None, exc)
+            _settle_all([(w.loop, w.future, None, exc) for w in batch])
             return
         by_text = {}
         for text, vector in zip(texts, vectors, strict=True):
             vector = np.array(vector, dtype=np.float32)
             self.cache.put((self.embedder.name, text), vector)
             by_text[text] = vector
-        for waiter in batch:
-            _settle(waiter.loop, waiter.future, by_text[waiter.text].copy(), None)
+        _settle_all([(w.loop, w.future, by_text[w.text].copy(), None) for w in batch])
 
     def _embed_chunk(self, job: _Bulk, texts: list[str]) -> None:
         if job.future.done():  # the caller gave up: skip the rest of its texts
@@ -286,23 +284,36 @@ class QueryBatcher:
             pass
 
 
+Outcome = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Any, BaseException | None]
+
+
 def _settle(
     loop: asyncio.AbstractEventLoop,
     future: asyncio.Future[Any],
     value: Any,
     error: BaseException | None,
 ) -> None:
-    """Resolve a caller's future on its own loop, unless it was cancelled meanwhile."""
+    _settle_all([(loop, future, value, error)])
 
-    def apply() -> None:
-        if future.done():
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(value)
 
-    try:
-        loop.call_soon_threadsafe(apply)
-    except RuntimeError:  # the caller's loop is closed: nobody is waiting any more
-        pass
+def _settle_all(outcomes: list[Outcome]) -> None:
+    """Resolve callers' futures on their own loops (one wake-up per loop), skipping any
+    cancelled meanwhile."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[Outcome]] = {}
+    for outcome in outcomes:
+        by_loop.setdefault(outcome[0], []).append(outcome)
+
+    def apply(items: list[Outcome]) -> None:
+        for _, future, value, error in items:
+            if future.done():
+                continue
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(value)
+
+    for loop, items in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(apply, items)
+        except RuntimeError:  # the caller's loop is closed: nobody is waiting any more
+            pass

@@ -109,7 +109,7 @@ class SnapshotDir:
             folder.mkdir(parents=True, exist_ok=True)
             old = self._meta(tenant)
             generation = (old or {}).get("generation", 0) + 1
-            files = {name: f"{name}.{generation}.npy" for name in FILES}
+            files = {name: f"{name}.{generation}.{os.getpid()}.npy" for name in FILES}
             for name in FILES:
                 path = folder / files[name]
                 with path.open("wb") as handle:
