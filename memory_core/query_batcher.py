@@ -43,6 +43,7 @@ WINDOW_S = 0.002
 MAX_BATCH = 8
 BULK_CHUNK = 8
 CACHE_SIZE = 4096
+SAME_LENGTH_CHARS = 200  # texts up to this long share a call whatever their lengths
 
 
 @dataclass
@@ -243,16 +244,19 @@ class QueryBatcher:
         texts = list(dict.fromkeys(w.text for w in batch))  # identical texts once
         self._shared = len(batch) > 1
         self.batches = [*self.batches[-999:], len(texts)]
+        embed = getattr(self.embedder, "embed_queries", None) or self.embedder.embed
+        pairs: list[tuple[str, np.ndarray]] = []
         try:
-            embed = getattr(self.embedder, "embed_queries", None) or self.embedder.embed
-            vectors = embed(texts)
-            if len(vectors) != len(texts):
-                raise RuntimeError(f"embedder gave {len(vectors)} vectors for {len(texts)} texts")
+            for group in length_groups(texts):
+                vectors = embed(group)
+                if len(vectors) != len(group):
+                    raise RuntimeError(f"embedder gave {len(vectors)} vectors for {len(group)}")
+                pairs += zip(group, vectors, strict=True)
         except Exception as exc:  # every waiter of the batch learns of it
             _settle_all([(w.loop, w.future, None, exc) for w in batch])
             return
         by_text = {}
-        for text, vector in zip(texts, vectors, strict=True):
+        for text, vector in pairs:
             vector = np.array(vector, dtype=np.float32)
             self.cache.put((self.embedder.name, text), vector)
             by_text[text] = vector
@@ -282,6 +286,18 @@ class QueryBatcher:
             self._bulk.remove(job)
         except ValueError:
             pass
+
+
+def length_groups(texts: list[str]) -> list[list[str]]:
+    """Texts of similar length together: a batch is padded to its longest text, so one
+    long query would otherwise make every short one in its batch cost as much."""
+    groups: list[list[str]] = []
+    for text in sorted(texts, key=len):
+        if groups and len(text) <= max(2 * len(groups[-1][0]), SAME_LENGTH_CHARS):
+            groups[-1].append(text)
+        else:
+            groups.append([text])
+    return groups
 
 
 Outcome = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Any, BaseException | None]

@@ -269,3 +269,28 @@ def test_closed_batcher_refuses_new_work(embedder):
     batcher.close()
     with pytest.raises(RuntimeError):
         asyncio.run(batcher.query("late", "t"))
+
+
+def test_a_long_query_does_not_pad_the_short_ones_in_its_batch(embedder):
+    gated = Gated(embedder)
+    batcher = QueryBatcher(gated, max_batch=8)
+    long_text = "a long pasted document about many things " * 40
+
+    async def main() -> list[np.ndarray]:
+        first = await parked(gated, batcher)
+        tasks = [
+            asyncio.ensure_future(batcher.query(t, "t"))
+            for t in ("short one", long_text, "short two")
+        ]
+        await settle()
+        gated.release()
+        await first
+        return await asyncio.gather(*tasks)
+
+    try:
+        got = asyncio.run(main())
+    finally:
+        batcher.close()
+    assert gated.calls[1:] == [("query", ["short one", "short two"]), ("query", [long_text])]
+    for text, vector in zip(("short one", long_text, "short two"), got, strict=True):
+        np.testing.assert_allclose(vector, embedder.embed([text])[0], atol=1e-4)
