@@ -4,7 +4,8 @@
     .venv/bin/python -m bench.run --quick          # a small version of everything (CI smoke)
     .venv/bin/python -m bench.run --sections overhead locomo --out bench/results/x
 
-Sections: overhead (direct / memrelay memory off / memory on / LiteLLM at concurrency
+Sections: embedding (query embedding cost by batch size, one thread vs all cores),
+overhead (direct / memrelay memory off / memory on / LiteLLM at concurrency
 1, 16, 64), locomo (retrieval quality), scaling (recall latency from 1k to 1M memories,
 SQLite and Postgres), extraction (pipeline throughput; Postgres with one and two
 replicas). Results of sections run separately into the same folder are merged, and
@@ -23,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-SECTIONS = ("overhead", "locomo", "scaling", "extraction")
+SECTIONS = ("embedding", "overhead", "locomo", "scaling", "extraction")
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -83,6 +84,10 @@ def run_section(
     section: str, args: argparse.Namespace, work: Path, embedder: Any, pg: Any
 ) -> dict[str, Any]:
     quick = args.quick
+    if section == "embedding":
+        from bench import embedding
+
+        return embedding.run(repeats=5 if quick else 30, sizes=(1, 4) if quick else embedding.SIZES)
     if section == "overhead":
         from bench import overhead
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import random
 import resource
+import shutil
 import statistics
 import time
 from pathlib import Path
@@ -86,12 +87,12 @@ class Filler:
         self.done += n
         return self.rng.choice(SPACES), items, block
 
-    async def fill_to(self, store: Any, total: int) -> float:
+    async def fill_to(self, store: Any, total: int, tenant: str = TENANT) -> float:
         """Through the store's own add path (memories, indexes and events)."""
         started = time.perf_counter()
         while self.done < total:
             space, items, block = self.next_block(total)
-            await store.add_embedded(TENANT, space, items, block)
+            await store.add_embedded(tenant, space, items, block)
         return time.perf_counter() - started
 
     async def copy_to(self, store: Any, total: int) -> float:
@@ -145,24 +146,24 @@ async def store_latency(store: Any, texts: list[str]) -> dict[str, Any]:
         await store.recall(RecallQuery(TENANT, SPACES, text))
     full = []
     for text in texts:
+        store.batcher.cache.clear()  # the texts repeat: time the embedding every time
         t = time.perf_counter()
         await store.recall(RecallQuery(TENANT, SPACES, text, top_k=10))
         full.append((time.perf_counter() - t) * 1000)
     vectors = store.embedder.embed(texts)
-    original = store.embed
     only = []
     try:
         for text, vector in zip(texts, vectors, strict=True):
 
-            async def cached(_texts: list[str], v: np.ndarray = vector) -> np.ndarray:
-                return v[None, :]
+            async def given(_query: Any, _text: str, v: np.ndarray = vector) -> np.ndarray:
+                return v
 
-            store.embed = cached
+            store.embed_query = given
             t = time.perf_counter()
             await store.recall(RecallQuery(TENANT, SPACES, text, top_k=10))
             only.append((time.perf_counter() - t) * 1000)
     finally:
-        store.embed = original
+        del store.embed_query  # back to the class's method
     return {"store_only_ms": summary(only), "with_embedding_ms": summary(full)}
 
 
@@ -265,6 +266,8 @@ async def run_backend(
             result["end_to_end"] = await asyncio.to_thread(
                 end_to_end, db, embedder, texts[: e2e_count + 10]
             )
+            if backend == "sqlite":
+                result["restart"] = await restart_ready(db, embedder, texts)
             store = make_store(db, embedder)
             await store.start()
             out[str(size)] = result
@@ -278,6 +281,65 @@ async def run_backend(
     finally:
         await store.close()
     return out
+
+
+async def restart_ready(db: Any, embedder: FastEmbedEmbedder, texts: list[str]) -> dict[str, Any]:
+    """Seconds from opening the store (schema check, model load) to the first recall that
+    answers within a 200 ms budget: from the vector snapshot the last close wrote, and
+    with the snapshot moved away (the cache then reads every vector from sqlite-vec and
+    writes a new snapshot, which is put back afterwards)."""
+    # A new process also loads the embedding model; the store here reuses a loaded one,
+    # so that part is timed on its own and added.
+    started = time.perf_counter()
+    FastEmbedEmbedder(getattr(embedder, "model_dir", None)).embed(["warm up"])
+    out: dict[str, Any] = {"model_load_s": round(time.perf_counter() - started, 2)}
+    folder = Path(str(db) + ".vectors")
+    aside = Path(str(db) + ".vectors-aside")
+    for mode in ("snapshot", "no snapshot"):
+        if mode == "no snapshot" and not _swap(folder, aside):
+            continue
+        try:
+            started = time.perf_counter()
+            store = make_store(db, embedder)
+            await store.start()
+            opened = time.perf_counter() - started
+            attempts = 0
+            while True:
+                attempts += 1
+                try:
+                    await asyncio.wait_for(
+                        store.recall(RecallQuery(TENANT, SPACES, texts[attempts % len(texts)])),
+                        0.2,
+                    )
+                    break
+                except TimeoutError:
+                    await asyncio.sleep(0.05)
+            ready = time.perf_counter() - started
+            cached = getattr(store, "_cache", None)
+            source = cached._tenants[TENANT].loaded_from if cached is not None else ""
+            await store.close()
+        finally:
+            if mode == "no snapshot":
+                shutil.rmtree(folder, ignore_errors=True)
+                _swap(aside, folder)
+        out[mode] = {
+            "open_s": round(opened, 2),
+            "ready_s": round(ready + out["model_load_s"], 2),
+            "attempts": attempts,
+            "loaded_from": source,
+        }
+        print(
+            f"  restart ({mode}): ready in {out[mode]['ready_s']:.2f} s"
+            f" (open {opened:.2f} s, {source})"
+        )
+    return out
+
+
+def _swap(source: Path, target: Path) -> bool:
+    if not source.exists():
+        return False
+    source.rename(target)
+    return True
 
 
 async def bulk_fill_postgres(store: Any, filler: Filler, size: int) -> float:

@@ -136,7 +136,12 @@ class FastEmbedEmbedder:
     def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        model = self._load("single" if len(texts) == 1 else "batch")
+        return self._run("single" if len(texts) == 1 else "batch", texts)
+
+    def _run(self, kind: str, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        model = self._load(kind)
         vectors = np.asarray(list(model.embed(texts, batch_size=64)), dtype=np.float32)
         if vectors.shape[1] != self.dim:
             raise ModelNotInstalled(
@@ -146,6 +151,11 @@ class FastEmbedEmbedder:
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed([text])[0]
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        """A batch of recall queries on the one-thread session: the batch is small and
+        waited for, and the other core keeps serving requests meanwhile."""
+        return self._run("single", texts)
 
 
 def _unit(vectors: np.ndarray) -> np.ndarray:

@@ -81,7 +81,7 @@ class PostgresStore(EmbeddingStore):
 
     async def close(self) -> None:
         await self._pool.close()
-        self._embed_pool.shutdown(wait=True)
+        self.batcher.close()
 
     # -- plumbing -------------------------------------------------------------------
 
@@ -221,7 +221,7 @@ class PostgresStore(EmbeddingStore):
         if prepared is None:
             return []
         text, terms = prepared
-        vector = (await self.embed([text]))[0] if query.use_vector else None
+        vector = await self.embed_query(query, text) if query.use_vector else None
         now = time.time()
         common = await self._common_lexemes() if terms else []
         sql, params = _recall_sql(query, vector, terms, common, max(query.top_k * 4, 40), now)

@@ -56,6 +56,7 @@ class RecallQuery:
     min_similarity: float = 0.0
     use_vector: bool = True
     use_text: bool = True
+    background: bool = False  # learning's own lookups: embedded after waiting recalls
 
 
 @dataclass

@@ -45,6 +45,7 @@ from memory_core.store import ImportResult, ListQuery, Page
 from memory_core.store_base import EmbeddingStore, import_texts, recall_input
 from memory_core.threads import ConnectionThreads, transaction
 from memory_core.vector_cache import VectorCache
+from memory_core.vector_snapshot import SnapshotDir
 
 
 class SQLiteStore(EmbeddingStore):
@@ -54,7 +55,11 @@ class SQLiteStore(EmbeddingStore):
         self, path: Path | str, embedder: Embedder, readers: int = 4, vector_cache: bool = True
     ) -> None:
         self.path = Path(path)
-        self._cache = VectorCache(embedder.dim) if vector_cache else None
+        # Vector snapshots beside the file: loaded by the cache, scrubbed by forget.
+        self.snapshots = SnapshotDir(
+            self.path.with_name(self.path.name + ".vectors"), embedder.name, embedder.dim
+        )
+        self._cache = VectorCache(embedder.dim, snapshots=self.snapshots) if vector_cache else None
         super().__init__(embedder)
         self._readers_count = readers
         self._writer: ConnectionThreads | None = None
@@ -85,11 +90,13 @@ class SQLiteStore(EmbeddingStore):
         await self.embed(["warm", "up"])
 
     async def close(self) -> None:
+        if self._cache is not None and self._readers is not None:
+            await self.run_read(self._cache.save)  # tenants changed since their snapshot
         for pool in (self._writer, self._readers):
             if pool is not None:
                 await asyncio.to_thread(pool.close)
         self._writer = self._readers = None
-        self._embed_pool.shutdown(wait=True)
+        self.batcher.close()
 
     # -- plumbing -------------------------------------------------------------------
 
@@ -174,10 +181,14 @@ class SQLiteStore(EmbeddingStore):
         self, tenant: str, memory_id: str, reason: str, actor: str = "system"
     ) -> Memory:
         validate_id(tenant, "tenant")
-        memory = await self.run_write(
-            lambda conn: lifecycle.forget(conn, tenant, memory_id, reason, actor)
-        )
+
+        def erase(conn: Connection) -> tuple[Memory, int]:
+            memory = lifecycle.forget(conn, tenant, memory_id, reason, actor)
+            return memory, lifecycle.require(conn, tenant, memory_id)[0]
+
+        memory, rowid = await self.run_write(erase)
         await self.checkpoint()
+        await asyncio.to_thread(self.snapshots.scrub, tenant, [rowid])  # and from the snapshot
         return memory
 
     async def expire_due(self, now: float | None = None) -> int:
@@ -285,7 +296,7 @@ class SQLiteStore(EmbeddingStore):
             else None
         )
         try:
-            vector = (await self.embed([text]))[0] if query.use_vector else None
+            vector = await self.embed_query(query, text) if query.use_vector else None
             vector_hits = (
                 await self.run_read(lambda c: self._knn(c, query, vector, pool))
                 if vector is not None

@@ -3,9 +3,7 @@ operations built from `list`, `recall` and a backend's `_import_batch`."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -14,6 +12,7 @@ from memory_core import transfer
 from memory_core.embedder import Embedder
 from memory_core.errors import InvalidInput
 from memory_core.model import Memory, NewMemory, validate_id
+from memory_core.query_batcher import QueryBatcher
 from memory_core.recall import RecallQuery, clean_query, query_terms
 from memory_core.store import ImportResult, ListQuery, Page
 
@@ -28,13 +27,20 @@ class EmbeddingStore:
 
     def __init__(self, embedder: Embedder) -> None:
         self.embedder = embedder
-        # One thread: a long batch never competes with itself, queries stay in order.
-        self._embed_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memrelay-embed")
+        # One embedding thread: recall queries batched and served before bulk work.
+        self.batcher = QueryBatcher(embedder)
         self.schema_version = 0
 
     async def embed(self, texts: list[str]) -> np.ndarray:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._embed_pool, self.embedder.embed, texts)
+        """Bulk embedding (adds, imports): runs when no recall query is waiting."""
+        return await self.batcher.bulk(texts)
+
+    async def embed_query(self, query: RecallQuery, text: str) -> np.ndarray:
+        """A recall query's vector: batched with concurrent recalls, ahead of bulk work;
+        background recalls (reconciliation) queue with the bulk work instead."""
+        if query.background:
+            return (await self.batcher.bulk([text]))[0]
+        return await self.batcher.query(text, query.tenant)
 
     async def add(self, tenant: str, space: str, new: NewMemory, actor: str = "system") -> Memory:
         return (await self.add_many(tenant, space, [new], actor))[0]
@@ -85,7 +91,7 @@ class EmbeddingStore:
         self, tenant: str, space: str, text: str, k: int = 5
     ) -> list[tuple[Memory, float]]:
         """Active memories of one space nearest in meaning to `text`, with cosine similarity."""
-        query = RecallQuery(tenant, [space], text, top_k=k, use_text=False)
+        query = RecallQuery(tenant, [space], text, top_k=k, use_text=False, background=True)
         results = await self.recall(query)
         pairs = [(r.memory, r.breakdown.get("vector_similarity", 0.0)) for r in results]
         return sorted(pairs, key=lambda pair: pair[1], reverse=True)

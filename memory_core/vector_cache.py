@@ -22,6 +22,7 @@ from collections import OrderedDict
 import numpy as np
 
 from memory_core.sqlite_db import Connection
+from memory_core.vector_snapshot import SNAPSHOT_FROM, Snapshot, SnapshotDir
 
 PREFILTER_FROM = 65_536  # vectors in a tenant before the sign-bit pass is used
 PREFILTER_CANDIDATES = 4_000  # rescored exactly (at least 100 per result asked for)
@@ -41,10 +42,50 @@ class TenantVectors:
         # Hamming pass then streams each word of every vector in order.
         self.bits = np.zeros(((dim + 63) // 64, 0), dtype=np.uint64)
         self.size = 0
-        self.position: dict[int, int] = {}
+        self._position: dict[int, int] | None = {}
         self.codes: dict[str, int] = {}
         self.seq = 0
+        self.dirty = False  # changed since its snapshot on disk (or never saved)
+        self.loaded_from = ""  # "snapshot" or "database": how the copy was first filled
         self.lock = threading.Lock()
+
+    @property
+    def position(self) -> dict[int, int]:
+        """Row of each rowid; built on first need after a snapshot load (a million
+        entries take a while, and a restart with no writes since never needs them)."""
+        if self._position is None:
+            self._position = {int(r): i for i, r in enumerate(self.rowids[: self.size])}
+            for i in np.flatnonzero(~self.alive[: self.size]):
+                self._position.pop(int(self.rowids[i]), None)
+        return self._position
+
+    def adopt(self, snapshot: Snapshot) -> None:
+        """Take a snapshot's (memory-mapped) arrays as this copy, at its seq."""
+        arrays = snapshot.arrays
+        self.vectors = arrays["vectors"]
+        self.bits = arrays["bits"]
+        self.rowids = np.array(arrays["rowids"], dtype=np.int64)
+        self.spaces = np.array(arrays["spaces"], dtype=np.int32)
+        self.kinds = np.array(arrays["kinds"], dtype=np.int32)
+        self.size = len(self.rowids)
+        self.alive = np.ones(self.size, dtype=bool)
+        self.codes = dict(snapshot.codes)
+        self._position = None
+        self.seq = snapshot.seq
+        self.dirty = False
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The live rows only (dropped ones left out), for a snapshot."""
+        keep: slice | np.ndarray = slice(0, self.size)
+        if not self.alive[: self.size].all():
+            keep = np.flatnonzero(self.alive[: self.size])
+        return {
+            "vectors": self.vectors[keep],
+            "bits": self.bits[:, keep],
+            "rowids": self.rowids[keep],
+            "spaces": self.spaces[keep],
+            "kinds": self.kinds[keep],
+        }
 
     def code(self, name: str) -> int:
         return self.codes.setdefault(name, len(self.codes))
@@ -93,7 +134,7 @@ class TenantVectors:
             setattr(self, attr, array[keep].copy())
         self.bits = np.ascontiguousarray(self.bits[:, keep])
         self.size = len(keep)
-        self.position = {int(r): i for i, r in enumerate(self.rowids[: self.size])}
+        self._position = {int(r): i for i, r in enumerate(self.rowids[: self.size])}
 
     def put_many(
         self, rowids: np.ndarray, spaces: list[str], kinds: list[str], block: np.ndarray
@@ -108,7 +149,8 @@ class TenantVectors:
         self.spaces[start:end] = [self.code(s) for s in spaces]
         self.kinds[start:end] = [self.code(k) for k in kinds]
         self.alive[start:end] = True
-        self.position.update((int(r), start + i) for i, r in enumerate(rowids))
+        if self._position is not None:
+            self._position.update((int(r), start + i) for i, r in enumerate(rowids))
         self.size = end
 
     def search(
@@ -173,9 +215,12 @@ def sign_bits(block: np.ndarray) -> np.ndarray:
 class VectorCache:
     """Per-tenant vector copies, least recently used evicted past `max_vectors` in total."""
 
-    def __init__(self, dim: int, max_vectors: int = 2_000_000) -> None:
+    def __init__(
+        self, dim: int, max_vectors: int = 2_000_000, snapshots: SnapshotDir | None = None
+    ) -> None:
         self.dim = dim
         self.max_vectors = max_vectors
+        self.snapshots = snapshots
         self._tenants: OrderedDict[str, TenantVectors] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -207,12 +252,64 @@ class VectorCache:
             self._tenants.move_to_end(tenant)
         with vectors.lock:
             if vectors.seq == 0 and head:
-                self._load(conn, tenant, vectors)
-            elif head > vectors.seq:
+                vectors.loaded_from = "snapshot"
+                if not self._from_snapshot(conn, tenant, vectors, head):
+                    vectors.loaded_from = "database"
+                    self._load(conn, tenant, vectors)
+                    vectors.seq = head
+                    if self.snapshots is not None and vectors.size >= SNAPSHOT_FROM:
+                        self._save(conn, tenant, vectors)
+            if head > vectors.seq:
                 self._apply(conn, tenant, vectors)
-            vectors.seq = head
+                vectors.seq = head
         self._evict()
         return vectors
+
+    def _from_snapshot(
+        self, conn: Connection, tenant: str, vectors: TenantVectors, head: int
+    ) -> bool:
+        if self.snapshots is None:
+            return False
+
+        def still_valid(seq: int, event_id: str | None) -> bool:
+            if seq > head:
+                return False  # the database is older than the snapshot: replaced
+            row = conn.execute(
+                "SELECT event_id FROM events WHERE seq = ? AND tenant = ?", (seq, tenant)
+            ).fetchone()
+            return row is not None and row[0] == event_id
+
+        snapshot = self.snapshots.load(tenant, still_valid)
+        if snapshot is None:
+            return False
+        vectors.adopt(snapshot)
+        return True
+
+    def _save(self, conn: Connection, tenant: str, vectors: TenantVectors) -> None:
+        """Under the tenant's lock: write its snapshot at its current seq."""
+        assert self.snapshots is not None
+        row = conn.execute(
+            "SELECT event_id FROM events WHERE seq = ? AND tenant = ?", (vectors.seq, tenant)
+        ).fetchone()
+        if row is None:
+            return
+        self.snapshots.write(tenant, vectors.seq, row[0], vectors.codes, vectors.arrays())
+        vectors.dirty = False
+
+    def save(self, conn: Connection) -> int:
+        """Write the snapshot of every cached tenant changed since its last one (at
+        close); tenants too small to need one are left out. Returns how many."""
+        if self.snapshots is None:
+            return 0
+        with self._lock:
+            tenants = list(self._tenants.items())
+        saved = 0
+        for tenant, vectors in tenants:
+            with vectors.lock:
+                if vectors.dirty and vectors.size >= SNAPSHOT_FROM:
+                    self._save(conn, tenant, vectors)
+                    saved += 1
+        return saved
 
     def _load(self, conn: Connection, tenant: str, vectors: TenantVectors) -> None:
         cursor = conn.execute(
@@ -229,6 +326,7 @@ class VectorCache:
             " WHERE e.tenant = ? AND e.seq > ? AND m.tenant = ?",
             (tenant, vectors.seq, tenant),
         ).fetchall()
+        forgotten: list[int] = []
         for rowid, status in changed:
             row = None
             if status == "active":
@@ -237,8 +335,15 @@ class VectorCache:
                 ).fetchone()
             if row is None:
                 vectors.drop(rowid)
+                if status == "forgotten":
+                    forgotten.append(rowid)
             else:
                 vectors.put(rowid, row[0], row[1], np.frombuffer(row[2], dtype=np.float32))
+        if changed:
+            vectors.dirty = True
+        if forgotten and self.snapshots is not None:
+            # whoever forgot scrubbed the file already; this covers any other writer
+            self.snapshots.scrub(tenant, forgotten)
 
     def _evict(self) -> None:
         with self._lock:

@@ -1,0 +1,335 @@
+"""One embedding thread shared by recall and learning, recall first, queries batched.
+
+Why: embedding every recall query on its own, in line behind extraction's batches,
+made recall the serial step of the proxy: at 16 clients queries queued past the recall
+budget and answers went out without memories. Here every text goes through one worker
+thread (one ONNX session busy at a time, so recall never fights learning for the cores):
+
+- Recall queries wait in per-tenant queues. When the worker is free it waits at most
+  `window_s` after the oldest query arrived (or until `max_batch` are waiting) if the
+  previous batch had company (a lone client pays no window), then embeds up to
+  `max_batch` of them in ONE call, taken round-robin across tenants
+  (the tenant served first rotates): a tenant flooding the proxy gets no more than its
+  share of a batch while others wait. Queries arriving while a batch runs form the next.
+- Bulk work (extraction, imports, background recalls of reconciliation) runs only
+  when no query waits, in chunks of `bulk_chunk` texts, so a waiting recall is delayed
+  by at most the chunk in progress.
+- Recent query vectors are kept in an LRU keyed by model and exact text.
+- A caller that stops waiting (its recall passed its budget) is dropped from the
+  queue or ignored when its batch returns; it never fails the others. An embedder
+  error fails every caller of that batch or chunk.
+
+The embedder stays behind the `Embedder` protocol; an embedder may offer
+`embed_queries(texts)` to pick a session suited to small latency-bound batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from memory_core.embedder import Embedder
+
+# From bench/embedding.py on the 2-core machine (docs/benchmarks.md): a one-thread
+# session takes ~5.6 ms for one short query and ~36 ms for 8 (4.5 ms each), ~62 ms for
+# 16: past 8 a batch saves little per text but makes its callers wait longer.
+WINDOW_S = 0.002
+MAX_BATCH = 8
+BULK_CHUNK = 8
+CACHE_SIZE = 4096
+SAME_LENGTH_CHARS = 200  # texts up to this long share a call whatever their lengths
+
+
+@dataclass
+class _Waiter:
+    text: str
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[np.ndarray]
+    arrived: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class _Bulk:
+    texts: list[str]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[np.ndarray]
+    parts: list[np.ndarray] = field(default_factory=list)
+    done: int = 0
+
+
+class QueryCache:
+    """The most recent query vectors, keyed by (model, exact text); thread-safe."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: tuple[str, str]) -> np.ndarray | None:
+        with self._lock:
+            vector = self._items.get(key)
+            if vector is None:
+                self.misses += 1
+                return None
+            self._items.move_to_end(key)
+            self.hits += 1
+            return vector
+
+    def put(self, key: tuple[str, str], vector: np.ndarray) -> None:
+        if self.size <= 0:
+            return
+        vector = np.array(vector, dtype=np.float32)
+        vector.flags.writeable = False  # shared by every caller that hits it
+        with self._lock:
+            self._items[key] = vector
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: tuple[str, str]) -> bool:
+        return key in self._items
+
+
+class QueryBatcher:
+    """Recall queries batched and served before bulk embedding work (see module doc)."""
+
+    def __init__(
+        self,
+        embedder: Embedder,
+        window_s: float = WINDOW_S,
+        max_batch: int = MAX_BATCH,
+        bulk_chunk: int = BULK_CHUNK,
+        cache_size: int = CACHE_SIZE,
+    ) -> None:
+        if max_batch < 1 or bulk_chunk < 1:
+            raise ValueError("max_batch and bulk_chunk must be at least 1")
+        self.embedder = embedder
+        self.window_s = window_s
+        self.max_batch = max_batch
+        self.bulk_chunk = bulk_chunk
+        self.cache = QueryCache(cache_size)
+        self._queries: OrderedDict[str, deque[_Waiter]] = OrderedDict()
+        self._bulk: deque[_Bulk] = deque()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self._shared = False  # the last batch had more than one caller: worth a window
+        self.batches: list[int] = []  # sizes of the last query batches (tests, benchmarks)
+
+    # -- callers (event loop side) -------------------------------------------------
+
+    async def query(self, text: str, tenant: str = "") -> np.ndarray:
+        """The vector of one recall query: cached, or embedded in the next batch."""
+        key = (self.embedder.name, text)
+        cached = self.cache.get(key)
+        if cached is not None:
+            return cached
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(text, loop, loop.create_future())
+        with self._cond:
+            self._check_open()
+            self._queries.setdefault(tenant, deque()).append(waiter)
+            self._start()
+            self._cond.notify()
+        return await waiter.future
+
+    async def bulk(self, texts: list[str]) -> np.ndarray:
+        """Vectors for `texts` (extraction, imports), embedded when no query waits."""
+        if not texts:
+            return np.zeros((0, self.embedder.dim), dtype=np.float32)
+        loop = asyncio.get_running_loop()
+        job = _Bulk(list(texts), loop, loop.create_future())
+        with self._cond:
+            self._check_open()
+            self._bulk.append(job)
+            self._start()
+            self._cond.notify()
+        return await job.future
+
+    def close(self) -> None:
+        """Stop the worker once the work already queued is done."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the embedding queue is closed")
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="memrelay-embed", daemon=True)
+            self._thread.start()
+
+    # -- the worker ----------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                batch, chunk = self._next_work()
+                if batch is None and chunk is None:
+                    return
+            if batch:
+                self._embed_batch(batch)
+            elif chunk is not None:
+                self._embed_chunk(*chunk)
+
+    def _next_work(self) -> tuple[list[_Waiter] | None, tuple[_Bulk, list[str]] | None]:
+        """Under the lock: the next query batch, else the next bulk chunk; (None, None)
+        when closed and drained."""
+        while True:
+            self._drop_abandoned()
+            if self._queries:
+                oldest = min(q[0].arrived for q in self._queries.values())
+                wait = oldest + self.window_s - time.monotonic()
+                crowded = self._shared and self._pending() < self.max_batch
+                if wait > 0 and crowded and not self._closed:
+                    self._cond.wait(wait)
+                    continue
+                return self._take_batch(), None
+            if self._bulk:
+                job = self._bulk[0]
+                texts = job.texts[job.done : job.done + self.bulk_chunk]
+                return None, (job, texts)
+            if self._closed:
+                return None, None
+            self._cond.wait()
+
+    def _pending(self) -> int:
+        return sum(len(q) for q in self._queries.values())
+
+    def _drop_abandoned(self) -> None:
+        for tenant in list(self._queries):
+            queue = self._queries[tenant]
+            live = deque(w for w in queue if not w.future.done())
+            if live:
+                self._queries[tenant] = live
+            else:
+                del self._queries[tenant]
+
+    def _take_batch(self) -> list[_Waiter]:
+        """Up to max_batch waiters, one per tenant per round; served tenants move last."""
+        batch: list[_Waiter] = []
+        while self._queries and len(batch) < self.max_batch:
+            for tenant in list(self._queries):
+                if len(batch) >= self.max_batch:
+                    break
+                queue = self._queries[tenant]
+                batch.append(queue.popleft())
+                if queue:
+                    self._queries.move_to_end(tenant)
+                else:
+                    del self._queries[tenant]
+        return batch
+
+    def _embed_batch(self, batch: list[_Waiter]) -> None:
+        texts = list(dict.fromkeys(w.text for w in batch))  # identical texts once
+        self._shared = len(batch) > 1
+        self.batches = [*self.batches[-999:], len(texts)]
+        embed = getattr(self.embedder, "embed_queries", None) or self.embedder.embed
+        pairs: list[tuple[str, np.ndarray]] = []
+        try:
+            for group in length_groups(texts):
+                vectors = embed(group)
+                if len(vectors) != len(group):
+                    raise RuntimeError(f"embedder gave {len(vectors)} vectors for {len(group)}")
+                pairs += zip(group, vectors, strict=True)
+        except Exception as exc:  # every waiter of the batch learns of it
+            _settle_all([(w.loop, w.future, None, exc) for w in batch])
+            return
+        by_text = {}
+        for text, vector in pairs:
+            vector = np.array(vector, dtype=np.float32)
+            self.cache.put((self.embedder.name, text), vector)
+            by_text[text] = vector
+        _settle_all([(w.loop, w.future, by_text[w.text].copy(), None) for w in batch])
+
+    def _embed_chunk(self, job: _Bulk, texts: list[str]) -> None:
+        if job.future.done():  # the caller gave up: skip the rest of its texts
+            with self._cond:
+                self._remove(job)
+            return
+        try:
+            vectors = np.asarray(self.embedder.embed(texts), dtype=np.float32)
+        except Exception as exc:
+            with self._cond:
+                self._remove(job)
+            _settle(job.loop, job.future, None, exc)
+            return
+        job.parts.append(vectors)
+        job.done += len(texts)
+        if job.done >= len(job.texts):
+            with self._cond:
+                self._remove(job)
+            _settle(job.loop, job.future, np.concatenate(job.parts), None)
+
+    def _remove(self, job: _Bulk) -> None:
+        try:
+            self._bulk.remove(job)
+        except ValueError:
+            pass
+
+
+def length_groups(texts: list[str]) -> list[list[str]]:
+    """Texts of similar length together: a batch is padded to its longest text, so one
+    long query would otherwise make every short one in its batch cost as much."""
+    groups: list[list[str]] = []
+    for text in sorted(texts, key=len):
+        if groups and len(text) <= max(2 * len(groups[-1][0]), SAME_LENGTH_CHARS):
+            groups[-1].append(text)
+        else:
+            groups.append([text])
+    return groups
+
+
+Outcome = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Any, BaseException | None]
+
+
+def _settle(
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[Any],
+    value: Any,
+    error: BaseException | None,
+) -> None:
+    _settle_all([(loop, future, value, error)])
+
+
+def _settle_all(outcomes: list[Outcome]) -> None:
+    """Resolve callers' futures on their own loops (one wake-up per loop), skipping any
+    cancelled meanwhile."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[Outcome]] = {}
+    for outcome in outcomes:
+        by_loop.setdefault(outcome[0], []).append(outcome)
+
+    def apply(items: list[Outcome]) -> None:
+        for _, future, value, error in items:
+            if future.done():
+                continue
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(value)
+
+    for loop, items in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(apply, items)
+        except RuntimeError:  # the caller's loop is closed: nobody is waiting any more
+            pass

@@ -1,0 +1,296 @@
+"""The query batcher: own vectors, bounded batches, recall before bulk work, fairness
+across tenants, the query cache, cancelled callers, errors reaching every caller.
+
+The real embedding model does the work; `Gated` only records the calls and can hold
+the worker inside one call, so the queue behind it is built deterministically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+from memory_core.query_batcher import QueryBatcher
+
+
+class Gated:
+    """The real embedder, its calls recorded; `hold()` parks the next call until `release()`."""
+
+    def __init__(self, inner: Any, fail_on: str | None = None) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.dim = inner.dim
+        self.calls: list[tuple[str, list[str]]] = []
+        self.fail_on = fail_on
+        self._hold = False
+        self.entered = threading.Event()
+        self._gate = threading.Event()
+
+    def hold(self) -> None:
+        self._hold = True
+        self.entered.clear()
+        self._gate.clear()
+
+    def release(self) -> None:
+        self._hold = False
+        self._gate.set()
+
+    def _call(self, kind: str, texts: list[str]) -> np.ndarray:
+        self.calls.append((kind, list(texts)))
+        if self._hold:
+            self.entered.set()
+            assert self._gate.wait(60)
+        if self.fail_on and any(self.fail_on in t for t in texts):
+            raise ValueError(f"cannot embed {self.fail_on!r}")
+        return self.inner.embed(texts)
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        return self._call("bulk", texts)
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        return self._call("query", texts)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed([text])[0]
+
+
+async def settle() -> None:
+    for _ in range(5):  # let every created task run up to its first await
+        await asyncio.sleep(0)
+
+
+async def parked(gated: Gated, batcher: QueryBatcher) -> asyncio.Task:
+    """A first query that holds the worker inside its embedding call."""
+    gated.hold()
+    task = asyncio.ensure_future(batcher.query("the worker is busy with this one", "t0"))
+    await asyncio.get_running_loop().run_in_executor(None, gated.entered.wait, 60)
+    return task
+
+
+def test_each_caller_gets_its_own_vector_same_as_unbatched(embedder):
+    texts = [f"what do I know about topic number {i} and its neighbours?" for i in range(24)]
+    batcher = QueryBatcher(embedder, max_batch=8)
+
+    async def main() -> list[np.ndarray]:
+        return await asyncio.gather(
+            *(batcher.query(t, f"tenant{i % 3}") for i, t in enumerate(texts))
+        )
+
+    try:
+        got = asyncio.run(main())
+    finally:
+        batcher.close()
+    for text, vector in zip(texts, got, strict=True):
+        alone = embedder.embed([text])[0]
+        assert vector.shape == (embedder.dim,)
+        np.testing.assert_allclose(vector, alone, atol=1e-4)
+    assert max(batcher.batches) > 1  # concurrent queries did share calls
+
+
+def test_batches_respect_the_bound(embedder):
+    gated = Gated(embedder)
+    batcher = QueryBatcher(gated, max_batch=4)
+
+    async def main() -> None:
+        first = await parked(gated, batcher)
+        rest = [asyncio.ensure_future(batcher.query(f"query {i}", "t")) for i in range(11)]
+        await settle()
+        gated.release()
+        await asyncio.gather(first, *rest)
+
+    try:
+        asyncio.run(main())
+    finally:
+        batcher.close()
+    sizes = [len(texts) for kind, texts in gated.calls if kind == "query"]
+    assert sizes[0] == 1
+    assert sizes[1:] == [4, 4, 3]
+
+
+def test_waiting_recall_goes_before_queued_bulk_work(embedder):
+    gated = Gated(embedder)
+    batcher = QueryBatcher(gated, max_batch=8, bulk_chunk=2)
+
+    async def main() -> None:
+        first = await parked(gated, batcher)
+        bulk = asyncio.ensure_future(batcher.bulk([f"learned fact {i}" for i in range(6)]))
+        await settle()
+        queries = [asyncio.ensure_future(batcher.query(f"recall {i}", "t")) for i in range(3)]
+        await settle()
+        gated.release()
+        await asyncio.gather(first, *queries)
+        vectors = await bulk
+        assert vectors.shape == (6, embedder.dim)
+
+    try:
+        asyncio.run(main())
+    finally:
+        batcher.close()
+    kinds = [kind for kind, _ in gated.calls]
+    assert kinds == ["query", "query", "bulk", "bulk", "bulk"]
+    assert gated.calls[1][1] == ["recall 0", "recall 1", "recall 2"]
+
+
+def test_recall_arriving_mid_bulk_job_runs_before_its_next_chunk(embedder):
+    gated = Gated(embedder)
+    batcher = QueryBatcher(gated, bulk_chunk=2)
+
+    async def main() -> None:
+        gated.hold()
+        bulk = asyncio.ensure_future(batcher.bulk([f"learned fact {i}" for i in range(6)]))
+        await asyncio.get_running_loop().run_in_executor(None, gated.entered.wait, 60)
+        query = asyncio.ensure_future(batcher.query("what did I learn?", "t"))
+        await settle()
+        gated.release()
+        await asyncio.gather(bulk, query)
+
+    try:
+        asyncio.run(main())
+    finally:
+        batcher.close()
+    assert [kind for kind, _ in gated.calls] == ["bulk", "query", "bulk", "bulk"]
+
+
+def test_a_flooding_tenant_does_not_crowd_others_out_of_a_batch(embedder):
+    gated = Gated(embedder)
+    batcher = QueryBatcher(gated, max_batch=4)
+
+    async def main() -> None:
+        first = await parked(gated, batcher)
+        flood = [asyncio.ensure_future(batcher.query(f"flood {i}", "flood")) for i in range(12)]
+        await settle()
+        quiet = [asyncio.ensure_future(batcher.query(f"quiet {i}", "quiet")) for i in range(2)]
+        other = asyncio.ensure_future(batcher.query("other 0", "other"))
+        await settle()
+        gated.release()
+        await asyncio.gather(first, *flood, *quiet, other)
+
+    try:
+        asyncio.run(main())
+    finally:
+        batcher.close()
+    batches = [texts for kind, texts in gated.calls if kind == "query"][1:]
+    assert batches[0] == ["flood 0", "quiet 0", "other 0", "flood 1"]
+    assert batches[1] == ["quiet 1", "flood 2", "flood 3", "flood 4"]
+    assert all(len(b) == 4 for b in batches[:-1])
+
+
+def test_cache_hits_and_least_recent_eviction(embedder):
+    gated = Gated(embedder)
+    batcher = QueryBatcher(gated, cache_size=2)
+
+    async def main() -> None:
+        a = await batcher.query("alpha", "t")
+        again = await batcher.query("alpha", "other tenant")  # same text, same model
+        np.testing.assert_array_equal(a, again)
+        await batcher.query("beta", "t")
+        await batcher.query("alpha", "t")  # alpha is now the most recent
+        await batcher.query("gamma", "t")  # evicts beta
+        await batcher.query("alpha", "t")
+        await batcher.query("beta", "t")
+
+    try:
+        asyncio.run(main())
+    finally:
+        batcher.close()
+    embedded = [texts for _, texts in gated.calls]
+    assert embedded == [["alpha"], ["beta"], ["gamma"], ["beta"]]
+    assert batcher.cache.hits == 3
+    assert len(batcher.cache) == 2
+
+
+def test_a_cancelled_caller_neither_gets_embedded_nor_poisons_the_batch(embedder):
+    gated = Gated(embedder)
+    batcher = QueryBatcher(gated, max_batch=8)
+
+    async def main() -> None:
+        first = await parked(gated, batcher)
+        gone = asyncio.ensure_future(batcher.query("given up", "t"))
+        kept = asyncio.ensure_future(batcher.query("still waiting", "t"))
+        await settle()
+        gone.cancel()  # as asyncio.wait_for does when the recall budget passes
+        await settle()
+        gated.release()
+        await first
+        vector = await kept
+        np.testing.assert_allclose(vector, embedder.embed(["still waiting"])[0], atol=1e-4)
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        # cancelled while its batch runs: the others still get theirs
+        gated.hold()
+        running = [asyncio.ensure_future(batcher.query(f"in flight {i}", "t")) for i in range(3)]
+        await asyncio.get_running_loop().run_in_executor(None, gated.entered.wait, 60)
+        running[0].cancel()
+        gated.release()
+        results = await asyncio.gather(*running, return_exceptions=True)
+        assert isinstance(results[0], asyncio.CancelledError)
+        assert all(isinstance(r, np.ndarray) for r in results[1:])
+
+    try:
+        asyncio.run(main())
+    finally:
+        batcher.close()
+    embedded = [t for _, texts in gated.calls for t in texts]
+    assert "given up" not in embedded and "still waiting" in embedded
+
+
+def test_an_embedder_error_reaches_every_caller_of_the_batch(embedder):
+    gated = Gated(embedder, fail_on="boom")
+    batcher = QueryBatcher(gated, max_batch=8, bulk_chunk=2)
+
+    async def main() -> None:
+        first = await parked(gated, batcher)
+        batch = [
+            asyncio.ensure_future(batcher.query(text, "t"))
+            for text in ("boom", "innocent one", "innocent two")
+        ]
+        await settle()
+        gated.release()
+        await first
+        results = await asyncio.gather(*batch, return_exceptions=True)
+        assert all(isinstance(r, ValueError) for r in results)
+        with pytest.raises(ValueError):
+            await batcher.bulk(["fine", "fine too", "boom"])
+        assert (await batcher.query("after the error", "t")).shape == (embedder.dim,)
+
+    try:
+        asyncio.run(main())
+    finally:
+        batcher.close()
+    assert "boom" not in [key[1] for key in batcher.cache._items]
+
+
+def test_closed_batcher_refuses_new_work(embedder):
+    batcher = QueryBatcher(embedder)
+    batcher.close()
+    with pytest.raises(RuntimeError):
+        asyncio.run(batcher.query("late", "t"))
+
+
+def test_a_long_query_does_not_pad_the_short_ones_in_its_batch(embedder):
+    gated = Gated(embedder)
+    batcher = QueryBatcher(gated, max_batch=8)
+    long_text = "a long pasted document about many things " * 40
+
+    async def main() -> list[np.ndarray]:
+        first = await parked(gated, batcher)
+        tasks = [
+            asyncio.ensure_future(batcher.query(t, "t"))
+            for t in ("short one", long_text, "short two")
+        ]
+        await settle()
+        gated.release()
+        await first
+        return await asyncio.gather(*tasks)
+
+    try:
+        got = asyncio.run(main())
+    finally:
+        batcher.close()
+    assert gated.calls[1:] == [("query", ["short one", "short two"]), ("query", [long_text])]
+    for text, vector in zip(("short one", long_text, "short two"), got, strict=True):
+        np.testing.assert_allclose(vector, embedder.embed([text])[0], atol=1e-4)
