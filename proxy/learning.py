@@ -14,7 +14,7 @@ from typing import Any
 from extraction.worker import ExtractionWorkers
 from memory_core.injection import scrub
 from memory_core.jobs import JobQueue
-from proxy.conversation import last_user_text
+from proxy.conversation import last_user_text, learning_context
 from proxy.exchange import Exchange
 from proxy.hooks import ChatContext
 from proxy.scoping import scope_for
@@ -80,6 +80,7 @@ class ExtractionInterceptor:
             "request_id": ctx.request_id,
             "model": ctx.body.get("model") or exchange.model,
             "time": time.time(),
+            "context": learning_context(ctx.body.get("messages") or [], scope.read_spaces),
         }
         try:
             job = await self.queue.enqueue(
