@@ -121,10 +121,10 @@ def _as_fact(target: str, lang: str) -> tuple[str, str]:
         if re.match(r"to\s+", target, re.I):  # "remember to always answer in French"
             target = target[3:].strip()
         if _CONSTRAINT_START.match(target):
-            return target[0].upper() + target[1:] + ".", "constraint"
+            return target[0].upper() + target[1:], "constraint"
         sentence = third_person(target)
         kind = "preference" if _PREFERENCE.search(target) else "fact"
-        return sentence[0].upper() + sentence[1:] + ".", kind
+        return sentence[0].upper() + sentence[1:], kind
     return f"The user asked to remember: {target}", "note"
 
 

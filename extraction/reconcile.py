@@ -54,6 +54,10 @@ JUDGE_SIMILARITY = 0.60  # closer than this: the judge is asked (when the extrac
 JUDGE_CANDIDATES = 5
 RELATED_SIMILARITY = 0.20  # shown to the extractor: recall hits at least this close
 RELATED_TOP_K = 10
+NEIGHBOUR_SEEDS = 3  # the best related memories whose own neighbours are shown too
+NEIGHBOURS = 4
+NEIGHBOUR_SIMILARITY = 0.40
+RELATED_MAX = 16
 FORGET_MAX = 10
 SOURCE_RANK = {"assistant": 0, "user": 1, "import": 1, "admin": 2}
 FORGET_REASON = "forgotten at the user's request in a chat"
@@ -326,13 +330,31 @@ class Reconciler:
     # -- what the extractor is shown ------------------------------------------------
 
     async def related(self, tenant: str, spaces: list[str], text: str) -> dict[str, Memory]:
-        """Active memories of the readable spaces related to `text`, under short ids."""
+        """Active memories of the readable spaces related to `text`, under short ids.
+
+        Those recalled for the text itself, then the close neighbours of the best few:
+        "I quit nursing" barely resembles "works night shifts", but "works as a nurse"
+        does, and a change of job may end both."""
         results = await self.store.recall(
             RecallQuery(
                 tenant, spaces, text, top_k=RELATED_TOP_K, min_similarity=RELATED_SIMILARITY
             )
         )
-        return {f"m{i}": r.memory for i, r in enumerate(results, start=1)}
+        found = {r.memory.id: r.memory for r in results}
+        for seed in [r.memory for r in results[:NEIGHBOUR_SEEDS]]:
+            query = RecallQuery(
+                tenant,
+                spaces,
+                seed.content or "",
+                top_k=NEIGHBOURS,
+                min_similarity=NEIGHBOUR_SIMILARITY,
+                use_text=False,
+            )
+            for r in await self.store.recall(query):
+                if len(found) >= RELATED_MAX:
+                    break
+                found.setdefault(r.memory.id, r.memory)
+        return {f"m{i}": memory for i, memory in enumerate(found.values(), start=1)}
 
     # -- retire and forget -----------------------------------------------------------
 
