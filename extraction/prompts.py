@@ -136,7 +136,10 @@ def extract_messages(
 def classify_messages(candidates: dict[str, str], new: str) -> list[dict[str, str]]:
     """The judge's input: short id -> existing memory text, and the new fact."""
     listing = [{"id": short_id, "memory": text} for short_id, text in candidates.items()]
-    pair = json.dumps({"new_fact": new, "existing_memories": listing}, ensure_ascii=False)
+    payload: dict[str, Any] = {"new_fact": new, "existing_memories": listing}
+    if len(listing) == 1:  # the single-pair shape of earlier versions, for old scripts
+        payload["existing_memory"] = listing[0]["memory"]
+    pair = json.dumps(payload, ensure_ascii=False)
     return [{"role": "system", "content": CLASSIFY_SYSTEM}, {"role": "user", "content": pair}]
 
 

@@ -94,6 +94,16 @@ def reinforce_detail(memory: Memory, confidence: float, source: str) -> dict[str
     return detail
 
 
+def cross_space(old: Memory, new: Memory) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Event details of a supersession; across spaces each names the other's space."""
+    old_detail: dict[str, Any] = {"superseded_by": new.id}
+    new_detail: dict[str, Any] = {"supersedes": old.id}
+    if old.space != new.space:
+        old_detail["successor_space"] = new.space
+        new_detail["predecessor_space"] = old.space
+    return old_detail, new_detail
+
+
 # Forgetting a memory erases its predecessors too: every memory it superseded, and theirs.
 CHAIN_FORGET_REASON = "forgotten with the memory that superseded it"
 
@@ -180,8 +190,9 @@ def mark_superseded(
         (new.id, reason, now, rowid),
     )
     _unindex(conn, rowid)
-    append_event(conn, old, "superseded", actor, reason, {"superseded_by": new.id}, at=now)
-    append_event(conn, new, "supersedes", actor, reason, {"supersedes": old.id}, at=now)
+    old_detail, new_detail = cross_space(old, new)
+    append_event(conn, old, "superseded", actor, reason, old_detail, at=now)
+    append_event(conn, new, "supersedes", actor, reason, new_detail, at=now)
     return require(conn, tenant, old_id)[1]
 
 

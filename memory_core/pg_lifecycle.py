@@ -20,6 +20,7 @@ from memory_core.errors import InvalidInput, NotFound
 from memory_core.lifecycle import (
     CHAIN_FORGET_REASON,
     build_memory,
+    cross_space,
     reinforce_detail,
     reinforced,
 )
@@ -126,8 +127,9 @@ async def mark_superseded(
         " updated_at = %s, embedding = NULL, tsv = NULL WHERE tenant = %s AND id = %s",
         (new.id, reason, now, tenant, old_id),
     )
-    await append_event(conn, old, "superseded", actor, reason, {"superseded_by": new.id}, at=now)
-    await append_event(conn, new, "supersedes", actor, reason, {"supersedes": old.id}, at=now)
+    old_detail, new_detail = cross_space(old, new)
+    await append_event(conn, old, "superseded", actor, reason, old_detail, at=now)
+    await append_event(conn, new, "supersedes", actor, reason, new_detail, at=now)
     return await require(conn, tenant, old_id)
 
 
