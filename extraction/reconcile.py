@@ -1,10 +1,28 @@
-"""Reconciling a new fact with what the tenant already remembers.
+"""Reconciling new facts with what the tenant already remembers: the rules, in one place.
 
-Mechanical first, model last: the same text reinforces; the same slot with another
-value supersedes; a similar but ambiguous memory is classified by the model once;
-anything else is added. A fact only the assistant stated never supersedes one the user
-stated. Forget requests go through `store.forget`, the admin path; the model only
-picks which candidate is meant, and an unclear pick forgets nothing.
+A fact is compared with the active memories of EVERY space the request can read (the
+write space first), never only the nearest one:
+1. Same text in a readable space: reinforce it.
+2. What the extractor proposed against the memories it was shown (short ids m1, m2...):
+   "same" reinforces that memory, "update" supersedes every memory listed. Ids it was
+   not shown are ignored.
+3. Same slot (subject + attribute) in a readable space: the same value reinforces, any
+   other value supersedes, for every memory in that slot.
+4. Only when the extractor did not say (no "action"): every active memory within
+   JUDGE_SIMILARITY is judged by the model in one call ("same", "updates",
+   "contradicts", "extends", "unrelated"); near-identical words count as "same".
+5. Then: if some memory says the same thing it is reinforced and the replaced ones are
+   superseded by it; else the fact is stored once and supersedes every replaced memory
+   (in the space of the first one it replaces, else in the write space).
+Guards, whatever the model says:
+- an assistant's claim never supersedes or retires a memory the user (or an admin)
+  stated: the whole fact is rejected;
+- a fact the user states or confirms that repeats an assistant's memory makes that
+  memory the user's (`source` becomes `user`);
+- reinforcing twice from one job changes nothing (a retried job is idempotent).
+Retiring ("delete": no longer true, nothing replaces it) sets `expired`. Forgetting goes
+through `store.forget`, which also erases every version the memory superseded. Reasons
+written to memories and events are fixed text plus ids, never the user's words.
 """
 
 from __future__ import annotations
@@ -14,27 +32,55 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import snowballstemmer
+
 from extraction.facts import Fact
 from extraction.llm import LLMClient, LLMError
-from extraction.prompts import CHOOSE_SCHEMA, CLASSIFY_SCHEMA, choose_messages, classify_messages
+from extraction.prompts import (
+    CHOOSE_SCHEMA,
+    CLASSIFY_SCHEMA,
+    RELATIONS,
+    choose_messages,
+    classify_messages,
+)
+from memory_core.errors import InvalidTransition, NotFound
 from memory_core.model import Memory, normalise_content
-from memory_core.recall import STOPWORDS, RecallQuery
-from memory_core.store import MemoryStore
+from memory_core.recall import STOPWORDS, RecallQuery, fold
 
 log = logging.getLogger("memrelay.reconcile")
 
-DUPLICATE_SIMILARITY = 0.95
-AMBIGUOUS_SIMILARITY = 0.60
+DUPLICATE_SIMILARITY = 0.95  # with the same words: the same fact
+JUDGE_SIMILARITY = 0.60  # closer than this: the judge is asked (when the extractor did not say)
+JUDGE_CANDIDATES = 5
+RELATED_SIMILARITY = 0.20  # shown to the extractor: recall hits at least this close
+RELATED_TOP_K = 10
+NEIGHBOUR_SEEDS = 3  # the best related memories whose own neighbours are shown too
+NEIGHBOURS = 4
+NEIGHBOUR_SIMILARITY = 0.40
+RELATED_MAX = 16
+FORGET_MAX = 10
+SOURCE_RANK = {"assistant": 0, "user": 1, "import": 1, "admin": 2}
+FORGET_REASON = "forgotten at the user's request in a chat"
+RETIRE_REASON = "no longer true, said in a chat"
+# Words that never identify what to forget ("forget my old address" -> old, address).
+FORGET_FILLER = frozenset(
+    "my mine me i i'm about what said told you everything all please that thing things"
+    " mein meine meinen meiner dass alles mon ma mes que tout mi mis todo meu minha meus"
+    " minhas tudo".split()
+)
+_STEMMER = snowballstemmer.stemmer("porter")
 
 
 @dataclass
 class Outcome:
-    """What reconciliation did with one fact (or one forget request)."""
+    """What reconciliation did with one fact (or one forget / retire request)."""
 
-    action: str  # added, reinforced, superseded, unchanged, rejected, forgotten, not_forgotten
+    action: str  # added, reinforced, superseded, unchanged, rejected, forgotten,
+    # not_forgotten, retired, skipped
     memory_id: str | None = None
     old_ids: list[str] = field(default_factory=list)
     reason: str = ""
+    spaces: dict[str, str] = field(default_factory=dict)  # memory id -> its space
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -42,6 +88,7 @@ class Outcome:
             "memory_id": self.memory_id,
             "old_ids": self.old_ids,
             "reason": self.reason,
+            "spaces": self.spaces,
         }
 
 
@@ -71,17 +118,28 @@ def _words(text: str | None) -> set[str]:
     return {w for w in re.findall(r"\w+", (text or "").casefold()) if w not in STOPWORDS}
 
 
+def stems(text: str | None, drop: frozenset[str] = frozenset()) -> set[str]:
+    """Folded, stemmed content words: "The user's addresses" -> {user, address}."""
+    words = re.findall(r"\w+", fold(text or ""))
+    return {_STEMMER.stemWord(w) for w in words if w not in STOPWORDS and w not in drop}
+
+
 def _same_value(a: str | None, b: str | None) -> bool:
     return normalise_content(a or "").casefold() == normalise_content(b or "").casefold()
 
 
+def _unique(memories: list[Memory]) -> list[Memory]:
+    seen: set[str] = set()
+    return [m for m in memories if not (m.id in seen or seen.add(m.id))]
+
+
 class Reconciler:
-    def __init__(
-        self, store: MemoryStore, llm: LLMClient | None, actor: str = "extraction"
-    ) -> None:
+    def __init__(self, store: Any, llm: LLMClient | None, actor: str = "extraction") -> None:
         self.store = store
         self.llm = llm
         self.actor = actor
+
+    # -- facts ----------------------------------------------------------------------
 
     async def apply(
         self,
@@ -90,107 +148,274 @@ class Reconciler:
         fact: Fact,
         provenance: dict[str, Any],
         llm: LLMContext | None = None,
+        *,
+        spaces: list[str] | None = None,
+        shown: dict[str, Memory] | None = None,
     ) -> Outcome:
-        job_id = provenance.get("job_id")
+        """Reconcile one fact; `space` is where a new memory goes, `spaces` (with it)
+        every space the request can read, `shown` what the extractor was shown."""
+        spaces = list(dict.fromkeys([space, *(spaces or [])]))
         if fact.attribute and not fact.subject:
             fact.subject = _single_named_entity(fact.entities)
         new = fact.to_new_memory(provenance).validated()
-        duplicate = await self.store.find_duplicate(tenant, space, new.content)
-        if duplicate is not None:
-            return await self._reinforce(tenant, duplicate, provenance, job_id, "same text")
-        if new.subject and new.attribute:
-            for old in await self.store.find_slot(tenant, space, new.subject, new.attribute):
-                if _same_value(old.value, new.value):
-                    return await self._reinforce(
-                        tenant, old, provenance, job_id, "same slot and value"
-                    )
-                return await self._supersede(tenant, old, fact, provenance, "same slot, new value")
-        nearest = await self.store.nearest(tenant, space, new.content, k=3)
-        if nearest:
-            old, similarity = nearest[0]
-            # Embeddings barely see numbers and names ("PIN 1234" vs "PIN 5678"): only
-            # the same words make a duplicate; otherwise a close pair is ambiguous.
-            if similarity >= DUPLICATE_SIMILARITY and _words(old.content) == _words(new.content):
-                return await self._reinforce(
-                    tenant, old, provenance, job_id, f"near-identical ({similarity:.2f})"
+        for each in spaces:  # rule 1
+            duplicate = await self.store.find_duplicate(tenant, each, new.content)
+            if duplicate is not None:
+                return await self._reinforce(tenant, duplicate, [], fact, provenance, "same text")
+        same: list[Memory] = []
+        replace: list[Memory] = []
+        why: dict[str, str] = {}  # replaced memory id -> the rule that replaced it
+
+        def replaced(memories: list[Memory], reason: str) -> None:
+            replace.extend(memories)
+            for memory in memories:
+                why.setdefault(memory.id, reason)
+
+        targets = [shown[i] for i in fact.memory_ids if shown and i in shown]  # rule 2
+        if fact.action == "same" and targets:
+            same.append(targets[0])
+        elif fact.action == "update":
+            replaced(targets, "updated, said the extractor")
+        if new.subject and new.attribute:  # rule 3
+            for each in spaces:
+                for old in await self.store.find_slot(tenant, each, new.subject, new.attribute):
+                    if _same_value(old.value, new.value):
+                        same.append(old)
+                    else:
+                        replaced([old], "same slot, new value")
+        if fact.action is None and not same:  # rule 4
+            judged_same, judged = await self._judge(tenant, spaces, new.content, llm)
+            same += judged_same
+            for memory, relation in judged:
+                replaced([memory], f"model: {relation}")
+        same = await self._current(tenant, same)
+        replace = [m for m in await self._current(tenant, replace) if m not in same[:1]]
+        reason = why[replace[0].id] if replace else ""
+        return await self._settle(tenant, space, fact, provenance, same, replace, reason)
+
+    async def _settle(
+        self,
+        tenant: str,
+        space: str,
+        fact: Fact,
+        provenance: dict[str, Any],
+        same: list[Memory],
+        replace: list[Memory],
+        reason: str,
+    ) -> Outcome:
+        """Rule 5 and the guards."""
+        if replace and fact.stated_by == "assistant":
+            protected = [m for m in replace if SOURCE_RANK.get(m.source, 1) > 0]
+            if protected:
+                log.info("assistant claim not allowed to supersede %d memories", len(protected))
+                return Outcome(
+                    "rejected",
+                    None,
+                    [m.id for m in protected],
+                    "an assistant claim cannot override the user",
+                    {m.id: m.space for m in protected},
                 )
-            if similarity >= AMBIGUOUS_SIMILARITY and self.llm is not None:
-                relation = await self._classify(old, new.content, llm)
-                if relation in ("contradicts", "updates"):
-                    return await self._supersede(
-                        tenant, old, fact, provenance, f"model: {relation}"
-                    )
-        memory = await self.store.add(tenant, space, new, actor=self.actor)
-        return Outcome("added", memory.id)
+        if same:
+            return await self._reinforce(
+                tenant, same[0], replace, fact, provenance, reason or "same fact"
+            )
+        if not replace:
+            memory = await self.store.add(
+                tenant, space, fact.to_new_memory(provenance), actor=self.actor
+            )
+            return Outcome("added", memory.id, spaces={memory.id: memory.space})
+        reason = reason or "replaced by a newer fact"
+        first, *others = replace
+        _, new = await self.store.supersede(
+            tenant, first.id, fact.to_new_memory(provenance), reason, actor=self.actor
+        )
+        await self._supersede_by(tenant, others, new.id, reason)
+        spaces = {m.id: m.space for m in replace} | {new.id: new.space}
+        return Outcome("superseded", new.id, [m.id for m in replace], reason, spaces)
 
     async def _reinforce(
         self,
         tenant: str,
         memory: Memory,
+        replace: list[Memory],
+        fact: Fact,
         provenance: dict[str, Any],
-        job_id: str | None,
         reason: str,
     ) -> Outcome:
-        if _seen(memory, job_id):
-            return Outcome("unchanged", memory.id, reason="this job was applied already")
-        await self.store.reinforce(tenant, memory.id, provenance, actor=self.actor)
-        return Outcome("reinforced", memory.id, reason=reason)
-
-    async def _supersede(
-        self, tenant: str, old: Memory, fact: Fact, provenance: dict[str, Any], reason: str
-    ) -> Outcome:
-        if fact.stated_by == "assistant" and old.source == "user":
-            log.info("assistant claim not allowed to supersede user memory %s", old.id)
-            return Outcome(
-                "rejected", None, [old.id], "an assistant claim cannot override the user"
-            )
-        _, new = await self.store.supersede(
-            tenant, old.id, fact.to_new_memory(provenance), reason, actor=self.actor
+        spaces = {m.id: m.space for m in [memory, *replace]}
+        old_ids = [m.id for m in replace]
+        if _seen(memory, provenance.get("job_id")):
+            return Outcome("unchanged", memory.id, old_ids, "this job was applied already", spaces)
+        await self.store.reinforce(
+            tenant, memory.id, {**provenance, "stated_by": fact.stated_by}, actor=self.actor
         )
-        return Outcome("superseded", new.id, [old.id], reason)
+        await self._supersede_by(tenant, replace, memory.id, "replaced by a repeated fact")
+        return Outcome("reinforced", memory.id, old_ids, reason, spaces)
 
-    async def _classify(self, old: Memory, new_content: str, llm: LLMContext | None) -> str:
+    async def _supersede_by(
+        self, tenant: str, olds: list[Memory], memory_id: str, reason: str
+    ) -> None:
+        for old in olds:
+            try:
+                await self.store.supersede(tenant, old.id, memory_id, reason, actor=self.actor)
+            except (InvalidTransition, NotFound):
+                log.info("memory %s changed meanwhile; not superseded", old.id)
+
+    async def _current(self, tenant: str, memories: list[Memory]) -> list[Memory]:
+        """The same memories as they are now, active ones only (another fact of the same
+        job may have superseded one already)."""
+        out = []
+        for memory in _unique(memories):
+            now = await self.store.get(tenant, memory.id)
+            if now is not None and now.status == "active":
+                out.append(now)
+        return out
+
+    async def _judge(
+        self, tenant: str, spaces: list[str], content: str, llm: LLMContext | None
+    ) -> tuple[list[Memory], list[tuple[Memory, str]]]:
+        """Close memories the new fact repeats, and those it replaces with why (rule 4)."""
+        query = RecallQuery(tenant, spaces, content, top_k=JUDGE_CANDIDATES, use_text=False)
+        close = [
+            (r.memory, r.breakdown.get("vector_similarity", 0.0))
+            for r in await self.store.recall(query)
+        ]
+        close = [(m, s) for m, s in close if s >= JUDGE_SIMILARITY]
+        # Embeddings barely see numbers and names ("PIN 1234" vs "PIN 5678"): only the
+        # same words make a duplicate; otherwise a close pair is for the judge.
+        same = [
+            m
+            for m, s in close
+            if s >= DUPLICATE_SIMILARITY and _words(m.content) == _words(content)
+        ]
+        if same:
+            return same[:1], []
+        if not close or self.llm is None:
+            return [], []
+        candidates = {f"m{i}": m for i, (m, _) in enumerate(close, start=1)}
+        verdicts = await self._verdicts(candidates, content, llm)
+        same = [candidates[i] for i, r in verdicts.items() if r == "same"]
+        replace = [
+            (candidates[i], r) for i, r in verdicts.items() if r in ("updates", "contradicts")
+        ]
+        return same[:1], replace
+
+    async def _verdicts(
+        self, candidates: dict[str, Memory], content: str, llm: LLMContext | None
+    ) -> dict[str, str]:
         assert self.llm is not None
         context = llm or LLMContext()
+        texts = {short_id: m.content or "" for short_id, m in candidates.items()}
         try:
             answer = await self.llm.complete_json(
-                classify_messages(old.content or "", new_content),
+                classify_messages(texts, content),
                 CLASSIFY_SCHEMA,
                 model=context.model,
                 credentials=context.credentials,
             )
         except LLMError as exc:
-            log.warning("could not classify a memory pair (%s); adding the new fact", exc)
-            return "unrelated"
-        relation = answer.get("relation") if isinstance(answer, dict) else None
-        return (
-            relation
-            if relation in ("contradicts", "updates", "extends", "unrelated")
-            else "unrelated"
+            log.warning("could not judge %d memories (%s); adding the new fact", len(texts), exc)
+            return {}
+        if not isinstance(answer, dict):
+            return {}
+        if "relation" in answer and len(texts) == 1:  # a single-pair answer
+            answer = {"verdicts": [{"id": next(iter(texts)), "relation": answer["relation"]}]}
+        out: dict[str, str] = {}
+        for item in answer.get("verdicts") or []:
+            if isinstance(item, dict) and item.get("id") in texts:
+                relation = item.get("relation")
+                out[item["id"]] = relation if relation in RELATIONS else "unrelated"
+        return out
+
+    # -- what the extractor is shown ------------------------------------------------
+
+    async def related(self, tenant: str, spaces: list[str], text: str) -> dict[str, Memory]:
+        """Active memories of the readable spaces related to `text`, under short ids.
+
+        Those recalled for the text itself, then the close neighbours of the best few:
+        "I quit nursing" barely resembles "works night shifts", but "works as a nurse"
+        does, and a change of job may end both."""
+        results = await self.store.recall(
+            RecallQuery(
+                tenant, spaces, text, top_k=RELATED_TOP_K, min_similarity=RELATED_SIMILARITY
+            )
         )
+        found = {r.memory.id: r.memory for r in results}
+        for seed in [r.memory for r in results[:NEIGHBOUR_SEEDS]]:
+            query = RecallQuery(
+                tenant,
+                spaces,
+                seed.content or "",
+                top_k=NEIGHBOURS,
+                min_similarity=NEIGHBOUR_SIMILARITY,
+                use_text=False,
+            )
+            for r in await self.store.recall(query):
+                if len(found) >= RELATED_MAX:
+                    break
+                found.setdefault(r.memory.id, r.memory)
+        return {f"m{i}": memory for i, memory in enumerate(found.values(), start=1)}
+
+    # -- retire and forget -----------------------------------------------------------
+
+    async def retire(
+        self, tenant: str, memory: Memory, job_id: str | None, stated_by: str = "user"
+    ) -> Outcome:
+        """A shown memory the user says is no longer (or never was) true: `expired`."""
+        spaces = {memory.id: memory.space}
+        if stated_by == "assistant" and SOURCE_RANK.get(memory.source, 1) > 0:
+            return Outcome(
+                "rejected", None, [memory.id], "an assistant claim cannot override the user", spaces
+            )
+        reason = RETIRE_REASON + (f" (job {job_id})" if job_id else "")
+        try:
+            await self.store.retire(tenant, memory.id, reason, actor=self.actor)
+        except (InvalidTransition, NotFound):
+            return Outcome("unchanged", memory.id, reason="not active any more", spaces=spaces)
+        return Outcome("retired", None, [memory.id], RETIRE_REASON, spaces)
+
+    async def forget_memory(self, tenant: str, memory: Memory, job_id: str | None) -> Outcome:
+        """Forget one memory (and the versions it superseded); fixed reason, no words."""
+        spaces = {memory.id: memory.space}
+        reason = FORGET_REASON + (f" (job {job_id})" if job_id else "")
+        try:
+            await self.store.forget(tenant, memory.id, reason, actor=self.actor)
+        except (InvalidTransition, NotFound):
+            return Outcome("not_forgotten", None, [memory.id], "already forgotten", spaces)
+        return Outcome("forgotten", None, [memory.id], FORGET_REASON, spaces)
 
     async def forget_request(
-        self, tenant: str, spaces: list[str], request: str, llm: LLMContext | None = None
-    ) -> Outcome:
-        """Forget the one memory a user's request clearly means, or nothing."""
-        results = await self.store.recall(RecallQuery(tenant, spaces, request, top_k=5))
-        candidates = [(r.memory.id, r.memory.content or "") for r in results]
+        self,
+        tenant: str,
+        spaces: list[str],
+        request: str,
+        llm: LLMContext | None = None,
+        job_id: str | None = None,
+    ) -> list[Outcome]:
+        """Forget what a request in the user's words means, or nothing.
+
+        Every memory of the readable spaces holding all the request's words ("my alarm
+        code" -> alarm, code) is forgotten, without a model. When none holds them all,
+        the model may pick the one memory it clearly means among the recalled ones."""
+        results = await self.store.recall(RecallQuery(tenant, spaces, request, top_k=FORGET_MAX))
+        wanted = stems(request, FORGET_FILLER)
+        exact = [r.memory for r in results if wanted and wanted <= stems(r.memory.content)]
+        if exact:
+            return [await self.forget_memory(tenant, m, job_id) for m in exact]
+        candidates = {r.memory.id: r.memory for r in results}
         if not candidates or self.llm is None:
-            return Outcome("not_forgotten", reason="no candidate memory")
+            return [Outcome("not_forgotten", reason="no candidate memory")]
         context = llm or LLMContext()
         try:
             answer = await self.llm.complete_json(
-                choose_messages(request, candidates),
+                choose_messages(request, [(i, m.content or "") for i, m in candidates.items()]),
                 CHOOSE_SCHEMA,
                 model=context.model,
                 credentials=context.credentials,
             )
-        except LLMError as exc:
-            return Outcome("not_forgotten", reason=f"model failed: {exc}")
+        except LLMError:
+            return [Outcome("not_forgotten", reason="the model gave no usable answer")]
         chosen = answer.get("memory_id") if isinstance(answer, dict) else None
-        if chosen not in {memory_id for memory_id, _ in candidates}:
-            return Outcome("not_forgotten", reason="ambiguous or no match")
-        await self.store.forget(
-            tenant, chosen, f"user asked to forget: {request[:200]}", actor=self.actor
-        )
-        return Outcome("forgotten", chosen)
+        if chosen not in candidates:
+            return [Outcome("not_forgotten", reason="ambiguous or no match")]
+        return [await self.forget_memory(tenant, candidates[chosen], job_id)]

@@ -22,9 +22,8 @@ from collections import Counter
 from typing import Any
 
 from extraction.entities import EntityExtractor
-from extraction.facts import read_extraction
 from extraction.llm import LLMClient, LLMOutputError
-from extraction.prompts import FACT_SCHEMA, extract_messages
+from extraction.pipeline import learn
 from extraction.reconcile import LLMContext, Reconciler
 from memory_core.errors import InvalidInput
 from memory_core.jobs import Job, JobQueue
@@ -336,36 +335,18 @@ class ExtractionWorkers:
         self.counts["done"] += 1
 
     async def _run(self, job: Job) -> dict[str, Any]:
-        payload = job.payload or {}
-        context = LLMContext(payload.get("model"), self.credentials.get(job.id))
-        answer = await self.llm.complete_json(
-            extract_messages(payload.get("user", ""), payload.get("assistant", "")),
-            FACT_SCHEMA,
-            model=context.model,
-            credentials=context.credentials,
+        context = LLMContext((job.payload or {}).get("model"), self.credentials.get(job.id))
+        return await learn(
+            job.id,
+            job.tenant,
+            job.space,
+            job.payload or {},
+            self.llm,
+            self.reconciler,
+            context,
+            self.entities,
+            job.created_at,
         )
-        extraction = read_extraction(answer)
-        if self.entities is not None:
-            for fact in extraction.facts:
-                fact.entities = await asyncio.to_thread(self.entities.entities, fact.content)
-        provenance = {
-            "job_id": job.id,
-            "request_id": payload.get("request_id"),
-            "model": payload.get("model"),
-            "time": payload.get("time"),
-        }
-        outcomes = []
-        for fact in extraction.facts:
-            outcome = await self.reconciler.apply(
-                job.tenant, job.space, fact, {**provenance, "stated_by": fact.stated_by}, context
-            )
-            outcomes.append(outcome.as_dict())
-        for request in extraction.forget:
-            outcome = await self.reconciler.forget_request(
-                job.tenant, [job.space], request, context
-            )
-            outcomes.append(outcome.as_dict())
-        return {"facts": len(extraction.facts), "skipped": extraction.skipped, "outcomes": outcomes}
 
 
 def failure_text(exc: BaseException, limit: int = 2000) -> str:

@@ -73,13 +73,39 @@ def build_memory(
 
 def reinforced(
     memory: Memory, provenance: dict[str, Any] | None
-) -> tuple[float, list[dict[str, Any]]]:
-    """Confidence moved a fifth of the way to 1, and the provenance trail (last 50 kept)."""
+) -> tuple[float, list[dict[str, Any]], str]:
+    """Confidence moved a fifth of the way to 1, the provenance trail (last 50 kept), and
+    the source: a memory only the assistant stated becomes the user's once the user
+    states or confirms it (provenance `stated_by: user`)."""
     if memory.status != "active":
         raise InvalidInput(f"only active memories can be reinforced (this one is {memory.status})")
     confidence = min(1.0, memory.confidence + (1.0 - memory.confidence) * 0.2)
     trail = memory.provenance + ([provenance] if provenance else [])
-    return confidence, trail[-50:]
+    source = memory.source
+    if source == "assistant" and (provenance or {}).get("stated_by") == "user":
+        source = "user"
+    return confidence, trail[-50:], source
+
+
+def reinforce_detail(memory: Memory, confidence: float, source: str) -> dict[str, Any]:
+    detail: dict[str, Any] = {"confidence_before": memory.confidence, "confidence": confidence}
+    if source != memory.source:
+        detail.update(source_before=memory.source, source=source)
+    return detail
+
+
+def cross_space(old: Memory, new: Memory) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Event details of a supersession; across spaces each names the other's space."""
+    old_detail: dict[str, Any] = {"superseded_by": new.id}
+    new_detail: dict[str, Any] = {"supersedes": old.id}
+    if old.space != new.space:
+        old_detail["successor_space"] = new.space
+        new_detail["predecessor_space"] = old.space
+    return old_detail, new_detail
+
+
+# Forgetting a memory erases its predecessors too: every memory it superseded, and theirs.
+CHAIN_FORGET_REASON = "forgotten with the memory that superseded it"
 
 
 def insert_memory(
@@ -164,8 +190,9 @@ def mark_superseded(
         (new.id, reason, now, rowid),
     )
     _unindex(conn, rowid)
-    append_event(conn, old, "superseded", actor, reason, {"superseded_by": new.id}, at=now)
-    append_event(conn, new, "supersedes", actor, reason, {"supersedes": old.id}, at=now)
+    old_detail, new_detail = cross_space(old, new)
+    append_event(conn, old, "superseded", actor, reason, old_detail, at=now)
+    append_event(conn, new, "supersedes", actor, reason, new_detail, at=now)
     return require(conn, tenant, old_id)[1]
 
 
@@ -174,25 +201,65 @@ def reinforce(
 ) -> Memory:
     """Raise confidence towards 1 and append provenance; no new row."""
     rowid, memory = require(conn, tenant, memory_id)
-    confidence, trail = reinforced(memory, provenance)
+    confidence, trail, source = reinforced(memory, provenance)
     now = time.time()
     conn.execute(
-        "UPDATE memories SET confidence = ?, provenance = ?, updated_at = ? WHERE rowid = ?",
-        (confidence, json.dumps(trail), now, rowid),
+        "UPDATE memories SET confidence = ?, provenance = ?, source = ?, updated_at = ?"
+        " WHERE rowid = ?",
+        (confidence, json.dumps(trail), source, now, rowid),
     )
     append_event(
         conn,
         memory,
         "reinforced",
         actor,
-        detail={"confidence_before": memory.confidence, "confidence": confidence},
+        detail=reinforce_detail(memory, confidence, source),
         at=now,
     )
     return require(conn, tenant, memory_id)[1]
 
 
+def retire(conn: Connection, tenant: str, memory_id: str, reason: str, actor: str) -> Memory:
+    """An active memory that is no longer true, with nothing replacing it: `expired`."""
+    rowid, memory = require(conn, tenant, memory_id)
+    check_transition(memory.status, "expired")
+    now = time.time()
+    conn.execute(
+        "UPDATE memories SET status = 'expired', status_reason = ?, updated_at = ? WHERE rowid = ?",
+        (reason, now, rowid),
+    )
+    _unindex(conn, rowid)
+    append_event(conn, memory, "expired", actor, reason, at=now)
+    return require(conn, tenant, memory_id)[1]
+
+
+def predecessors(conn: Connection, tenant: str, memory_id: str) -> list[str]:
+    """Ids of every memory this one superseded, directly or through others."""
+    rows = conn.execute(
+        "WITH RECURSIVE chain(id) AS (SELECT id FROM memories WHERE tenant = ?"
+        " AND superseded_by = ? UNION SELECT m.id FROM memories m JOIN chain c"
+        " ON m.superseded_by = c.id WHERE m.tenant = ?) SELECT id FROM chain",
+        (tenant, memory_id, tenant),
+    ).fetchall()
+    return [row[0] for row in rows if row[0] != memory_id]
+
+
 def forget(conn: Connection, tenant: str, memory_id: str, reason: str, actor: str) -> Memory:
-    """Erase content, slot, hash, provenance, entities, vector and text; keep the tombstone."""
+    """Erase content, slot, hash, provenance, entities, vector and text; keep the tombstone.
+
+    Its predecessors (what it superseded) are erased too: they hold earlier versions
+    of the same thing."""
+    forgotten = _forget_one(conn, tenant, memory_id, reason, actor, {})
+    for old_id in predecessors(conn, tenant, memory_id):
+        _, old = require(conn, tenant, old_id)
+        if old.status != "forgotten":
+            _forget_one(conn, tenant, old_id, CHAIN_FORGET_REASON, actor, {"with": memory_id})
+    return forgotten
+
+
+def _forget_one(
+    conn: Connection, tenant: str, memory_id: str, reason: str, actor: str, extra: dict[str, Any]
+) -> Memory:
     rowid, memory = require(conn, tenant, memory_id)
     check_transition(memory.status, "forgotten")
     now = time.time()
@@ -203,7 +270,8 @@ def forget(conn: Connection, tenant: str, memory_id: str, reason: str, actor: st
         " status = 'forgotten', status_reason = ?, updated_at = ? WHERE rowid = ?",
         (reason, now, rowid),
     )
-    append_event(conn, memory, "forgotten", actor, reason, {"from": memory.status}, at=now)
+    detail = {"from": memory.status, **extra}
+    append_event(conn, memory, "forgotten", actor, reason, detail, at=now)
     return require(conn, tenant, memory_id)[1]
 
 

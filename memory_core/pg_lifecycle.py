@@ -17,7 +17,13 @@ from psycopg.errors import UniqueViolation
 from psycopg.types.json import Jsonb
 
 from memory_core.errors import InvalidInput, NotFound
-from memory_core.lifecycle import build_memory, reinforced
+from memory_core.lifecycle import (
+    CHAIN_FORGET_REASON,
+    build_memory,
+    cross_space,
+    reinforce_detail,
+    reinforced,
+)
 from memory_core.model import Memory, NewMemory, check_transition
 from memory_core.recall import fold
 from memory_core.rows import (
@@ -121,8 +127,9 @@ async def mark_superseded(
         " updated_at = %s, embedding = NULL, tsv = NULL WHERE tenant = %s AND id = %s",
         (new.id, reason, now, tenant, old_id),
     )
-    await append_event(conn, old, "superseded", actor, reason, {"superseded_by": new.id}, at=now)
-    await append_event(conn, new, "supersedes", actor, reason, {"supersedes": old.id}, at=now)
+    old_detail, new_detail = cross_space(old, new)
+    await append_event(conn, old, "superseded", actor, reason, old_detail, at=now)
+    await append_event(conn, new, "supersedes", actor, reason, new_detail, at=now)
     return await require(conn, tenant, old_id)
 
 
@@ -134,28 +141,72 @@ async def reinforce(
     actor: str,
 ) -> Memory:
     memory = await require(conn, tenant, memory_id)
-    confidence, trail = reinforced(memory, provenance)
+    confidence, trail, source = reinforced(memory, provenance)
     now = time.time()
     await conn.execute(
-        "UPDATE memories SET confidence = %s, provenance = %s, updated_at = %s"
+        "UPDATE memories SET confidence = %s, provenance = %s, source = %s, updated_at = %s"
         " WHERE tenant = %s AND id = %s",
-        (confidence, Jsonb(trail), now, tenant, memory_id),
+        (confidence, Jsonb(trail), source, now, tenant, memory_id),
     )
     await append_event(
         conn,
         memory,
         "reinforced",
         actor,
-        detail={"confidence_before": memory.confidence, "confidence": confidence},
+        detail=reinforce_detail(memory, confidence, source),
         at=now,
     )
     return await require(conn, tenant, memory_id)
 
 
+async def retire(
+    conn: AsyncConnection, tenant: str, memory_id: str, reason: str, actor: str
+) -> Memory:
+    """An active memory that is no longer true, with nothing replacing it: `expired`."""
+    memory = await require(conn, tenant, memory_id)
+    check_transition(memory.status, "expired")
+    now = time.time()
+    await conn.execute(
+        "UPDATE memories SET status = 'expired', status_reason = %s, updated_at = %s,"
+        " embedding = NULL, tsv = NULL WHERE tenant = %s AND id = %s",
+        (reason, now, tenant, memory_id),
+    )
+    await append_event(conn, memory, "expired", actor, reason, at=now)
+    return await require(conn, tenant, memory_id)
+
+
+async def predecessors(conn: AsyncConnection, tenant: str, memory_id: str) -> list[str]:
+    """Ids of every memory this one superseded, directly or through others."""
+    cursor = await conn.execute(
+        "WITH RECURSIVE chain(id) AS (SELECT id FROM memories WHERE tenant = %s"
+        " AND superseded_by = %s UNION SELECT m.id FROM memories m JOIN chain c"
+        " ON m.superseded_by = c.id WHERE m.tenant = %s) SELECT id FROM chain",
+        (tenant, memory_id, tenant),
+    )
+    return [row[0] for row in await cursor.fetchall() if row[0] != memory_id]
+
+
 async def forget(
     conn: AsyncConnection, tenant: str, memory_id: str, reason: str, actor: str
 ) -> Memory:
-    """Erase content, slot, hash, provenance, entities, embedding and text vector."""
+    """Erase content, slot, hash, provenance, entities, embedding and text vector, of
+    this memory and of its predecessors (the versions it superseded)."""
+    forgotten = await _forget_one(conn, tenant, memory_id, reason, actor, {})
+    for old_id in await predecessors(conn, tenant, memory_id):
+        old = await require(conn, tenant, old_id)
+        if old.status != "forgotten":
+            await _forget_one(conn, tenant, old_id, CHAIN_FORGET_REASON, actor, {"with": memory_id})
+    return forgotten
+
+
+async def _forget_one(
+    conn: AsyncConnection,
+    tenant: str,
+    memory_id: str,
+    reason: str,
+    actor: str,
+    extra: dict[str, Any],
+) -> Memory:
     memory = await require(conn, tenant, memory_id)
     check_transition(memory.status, "forgotten")
     now = time.time()
@@ -166,7 +217,8 @@ async def forget(
         " updated_at = %s WHERE tenant = %s AND id = %s",
         (reason, now, tenant, memory_id),
     )
-    await append_event(conn, memory, "forgotten", actor, reason, {"from": memory.status}, at=now)
+    detail = {"from": memory.status, **extra}
+    await append_event(conn, memory, "forgotten", actor, reason, detail, at=now)
     return await require(conn, tenant, memory_id)
 
 

@@ -141,6 +141,14 @@ class PostgresStore(EmbeddingStore):
         async with self._pool.connection() as conn:
             return await pg_lifecycle.reinforce(conn, tenant, memory_id, provenance, actor)
 
+    async def retire(
+        self, tenant: str, memory_id: str, reason: str, actor: str = "system"
+    ) -> Memory:
+        """An active memory no longer true, with no successor, becomes `expired`."""
+        validate_id(tenant, "tenant")
+        async with self._pool.connection() as conn:
+            return await pg_lifecycle.retire(conn, tenant, memory_id, reason, actor)
+
     async def forget(
         self, tenant: str, memory_id: str, reason: str, actor: str = "system"
     ) -> Memory:

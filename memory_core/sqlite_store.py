@@ -177,6 +177,15 @@ class SQLiteStore(EmbeddingStore):
             lambda conn: lifecycle.reinforce(conn, tenant, memory_id, provenance, actor)
         )
 
+    async def retire(
+        self, tenant: str, memory_id: str, reason: str, actor: str = "system"
+    ) -> Memory:
+        """An active memory no longer true, with no successor, becomes `expired`."""
+        validate_id(tenant, "tenant")
+        return await self.run_write(
+            lambda conn: lifecycle.retire(conn, tenant, memory_id, reason, actor)
+        )
+
     async def forget(
         self, tenant: str, memory_id: str, reason: str, actor: str = "system"
     ) -> Memory:

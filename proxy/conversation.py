@@ -67,3 +67,44 @@ def recall_query(messages: list[Any], budget_chars: int) -> str:
         pieces.append(text)
         used += len(text) + 1
     return "\n".join(pieces)
+
+
+# What the extractor is shown beside the last exchange (issue 15): the assistant turn the
+# user answered, a few earlier turns, and the spaces reconciliation may act on.
+CONTEXT_TURNS = 6
+CONTEXT_TURN_CHARS = 600
+CONTEXT_TOTAL_CHARS = 3_000
+PREVIOUS_ASSISTANT_CHARS = 2_000
+
+
+def learning_context(messages: list[Any], read_spaces: list[str] | tuple[str, ...]) -> dict:
+    """The job payload's `context`: earlier conversation and the request's read spaces.
+
+    `previous_assistant` is the assistant turn just before the last user message (so
+    "Munich." answers "Which city do you live in now?"); `earlier_turns` are up to
+    CONTEXT_TURNS user/assistant turns before it, oldest first, each cut to its end and
+    the whole bounded to CONTEXT_TOTAL_CHARS (newest kept).
+    """
+    turns = [m for m in messages if isinstance(m, dict) and m.get("role") in ("user", "assistant")]
+    last_user = max((i for i, m in enumerate(turns) if m.get("role") == "user"), default=None)
+    before = turns[:last_user] if last_user is not None else []
+    previous = ""
+    if before and before[-1].get("role") == "assistant":
+        previous = " ".join(message_text(before.pop()).split())[-PREVIOUS_ASSISTANT_CHARS:]
+    earlier: list[dict[str, str]] = []
+    used = 0
+    for message in reversed(before):
+        text = " ".join(message_text(message).split())
+        if not text:
+            continue
+        text = text[-CONTEXT_TURN_CHARS:]
+        if len(earlier) >= CONTEXT_TURNS or used + len(text) > CONTEXT_TOTAL_CHARS:
+            break
+        used += len(text)
+        earlier.append({"role": str(message["role"]), "text": text})
+    earlier.reverse()
+    return {
+        "previous_assistant": previous,
+        "earlier_turns": earlier,
+        "read_spaces": list(read_spaces),
+    }

@@ -21,7 +21,7 @@ from extraction.worker import ChatActivity, ExtractionWorkers
 from memory_core.injection import scrub
 from memory_core.jobs import JobQueue, content_hash
 from proxy.backpressure import Backlog
-from proxy.conversation import last_user_text, message_text
+from proxy.conversation import last_user_text, learning_context, message_text
 from proxy.exchange import Exchange
 from proxy.hooks import ChatContext
 from proxy.metrics import Metrics
@@ -48,7 +48,7 @@ def reply_text(exchange: Exchange) -> str:
     return scrub("\n".join(p for p in parts if p))
 
 
-def exchange_payload(ctx: ChatContext, user: str) -> dict[str, Any]:
+def exchange_payload(ctx: ChatContext, user: str, read_spaces: tuple[str, ...]) -> dict[str, Any]:
     """The request part of a job, written before the answer exists. The one place that
     decides what an exchange carries for extraction (the answer is added by
     `with_answer`)."""
@@ -57,6 +57,8 @@ def exchange_payload(ctx: ChatContext, user: str) -> dict[str, Any]:
         "request_id": ctx.request_id,
         "model": ctx.body.get("model"),
         "time": time.time(),
+        # earlier turns and the read spaces: reconciliation acts on every readable space
+        "context": learning_context(ctx.body.get("messages") or [], read_spaces),
     }
 
 
@@ -119,7 +121,7 @@ class ExtractionInterceptor:
         if not await self.backlog.admit(scope.tenant):
             ctx.state[STATUS] = "shed"
             return
-        payload = exchange_payload(ctx, user)
+        payload = exchange_payload(ctx, user, scope.read_spaces)
         digest = None  # a dedup window of 0 learns every request
         if self.settings.extraction_dedup_seconds > 0:
             messages = ctx.body.get("messages") or []

@@ -59,7 +59,11 @@ class ScriptedExtraction:
         system = body["messages"][0]["content"]
         payload = json.loads(body["messages"][1]["content"])
         if "You compare" in system:
-            answer: Any = {"relation": self.relation}
+            answer: Any = {
+                "verdicts": [
+                    {"id": c["id"], "relation": self.relation} for c in payload["existing_memories"]
+                ]
+            }
         elif "asked to forget" in system:
             answer = {"memory_id": self.choose(payload["candidates"])}
         else:

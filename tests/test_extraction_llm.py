@@ -157,4 +157,6 @@ def test_extraction_prompt_carries_the_exchange_as_json():
 
     messages = extract_messages('I said "hi"', "Hello!")
     assert MARKER in messages[0]["content"]
-    assert json.loads(messages[1]["content"]) == {"user": 'I said "hi"', "assistant": "Hello!"}
+    sent = json.loads(messages[1]["content"])
+    assert (sent["user"], sent["assistant"]) == ('I said "hi"', "Hello!")
+    assert sent["existing_memories"] == [] and sent["earlier_turns"] == []

@@ -104,3 +104,194 @@ def test_assistant_never_supersedes_user_but_user_supersedes_assistant(store, ru
         )
     )
     assert fix.action == "superseded" and fix.old_ids == [assistant.memory_id]
+
+
+# -- issue 15: every related memory, every readable space, chains, guards ------------
+
+import time  # noqa: E402
+
+from extraction.llm import OpenAICompatibleLLM  # noqa: E402
+from memory_core import ListQuery, NewMemory  # noqa: E402
+from memory_core.recall import RecallQuery  # noqa: E402
+from tests.extraction_script import ScriptedExtraction  # noqa: E402
+
+
+def everything(store, run, tenant="acme"):
+    return run(store.list(ListQuery(tenant, statuses=None, limit=1000))).items
+
+
+def test_forget_erases_every_superseded_version(store, run):
+    first = run(store.add("acme", "default", NewMemory("The alarm code is 1122")))
+    _, second = run(store.supersede("acme", first.id, NewMemory("The alarm code is 3344"), "new"))
+    _, third = run(store.supersede("acme", second.id, NewMemory("The alarm code is 5566"), "new"))
+    other = run(store.add("acme", "default", NewMemory("The user likes jazz")))
+    run(store.forget("acme", third.id, "forgotten at the user's request", actor="admin"))
+    by_id = {m.id: m for m in everything(store, run)}
+    for memory_id in (first.id, second.id, third.id):
+        memory = by_id[memory_id]
+        assert memory.status == "forgotten" and memory.content is None and memory.value is None
+    assert by_id[other.id].status == "active"
+    dump = "".join(run(_collect(store.export("acme"))))
+    assert "1122" not in dump and "3344" not in dump and "5566" not in dump
+    history = run(store.history("acme", first.id))
+    assert history[-1].action == "forgotten" and history[-1].detail["with"] == third.id
+    recalled = run(store.recall(RecallQuery("acme", ["default"], "alarm code 1122")))
+    assert [r.memory.id for r in recalled] == [other.id]
+
+
+async def _collect(lines):
+    return [line async for line in lines]
+
+
+def test_chat_forget_stores_no_user_words(store, run):
+    """Issue 13, point 3: reasons and events are fixed text plus ids."""
+    reconciler = Reconciler(store, None)
+    pin = run(store.add("acme", "default", NewMemory("The user's PIN is 4711")))
+    outcomes = run(reconciler.forget_request("acme", ["default"], "my PIN is 4711", job_id="job_1"))
+    assert [o.action for o in outcomes] == ["forgotten"]
+    forgotten = run(store.get("acme", pin.id))
+    assert forgotten.status == "forgotten"
+    for text in [forgotten.status_reason] + [
+        f"{e.reason} {e.detail}" for e in run(store.history("acme", pin.id))
+    ]:
+        assert "4711" not in (text or "") and "PIN" not in (text or "")
+    assert "4711" not in str([o.as_dict() for o in outcomes])
+
+
+def test_forget_request_reaches_every_readable_space(store, run):
+    reconciler = Reconciler(store, None)
+    code = run(store.add("acme", "personal", NewMemory("The user's locker code is 5521")))
+    outcomes = run(reconciler.forget_request("acme", ["work", "personal"], "my locker code"))
+    assert [(o.action, o.spaces) for o in outcomes] == [("forgotten", {code.id: "personal"})]
+    events = [e for e in run(store.events("acme")) if e.action == "forgotten"]
+    assert [e.space for e in events] == ["personal"]
+
+
+def test_update_in_another_readable_space_supersedes_there(store, run):
+    reconciler = Reconciler(store, None)
+    lisbon = Fact("The user lives in Lisbon", subject="user", attribute="city", value="Lisbon")
+    first = run(reconciler.apply("acme", "personal", lisbon, {"job_id": "1"}))
+    porto = Fact("The user lives in Porto", subject="user", attribute="city", value="Porto")
+    moved = run(
+        reconciler.apply("acme", "work", porto, {"job_id": "2"}, spaces=["work", "personal"])
+    )
+    assert moved.action == "superseded" and moved.old_ids == [first.memory_id]
+    assert moved.spaces[first.memory_id] == "personal"
+    # Without the read spaces (the old behaviour), the other space is not touched.
+    only = run(
+        reconciler.apply(
+            "acme",
+            "work",
+            Fact("The user lives in Faro", subject="user", attribute="city", value="Faro"),
+            {"job_id": "3"},
+        )
+    )
+    assert only.action == "added"
+
+
+def test_one_fact_supersedes_every_memory_it_updates(store, run):
+    reconciler = Reconciler(store, None)
+    nurse = run(store.add("acme", "default", NewMemory("The user works as a nurse")))
+    nights = run(store.add("acme", "default", NewMemory("The user works night shifts")))
+    jazz = run(store.add("acme", "default", NewMemory("The user likes jazz")))
+    shown = {"m1": nurse, "m2": nights, "m3": jazz}
+    fact = Fact("The user is a software developer", action="update", memory_ids=["m1", "m2", "m9"])
+    outcome = run(reconciler.apply("acme", "default", fact, {"job_id": "x"}, shown=shown))
+    assert outcome.action == "superseded" and sorted(outcome.old_ids) == sorted(
+        [nurse.id, nights.id]
+    )
+    active = {m.content for m in run(store.list(ListQuery("acme", limit=100))).items}
+    assert active == {"The user is a software developer", "The user likes jazz"}
+
+
+def test_every_memory_in_the_slot_is_superseded(store, run):
+    reconciler = Reconciler(store, None)
+    for space in ("a", "b"):
+        run(
+            store.add(
+                "acme",
+                space,
+                NewMemory(
+                    "The user's city is " + space, subject="user", attribute="city", value=space
+                ),
+            )
+        )
+    fact = Fact("The user lives in Rome", subject="user", attribute="city", value="Rome")
+    outcome = run(reconciler.apply("acme", "a", fact, {"job_id": "r"}, spaces=["a", "b"]))
+    assert outcome.action == "superseded" and len(outcome.old_ids) == 2
+
+
+def test_confirmed_assistant_fact_becomes_the_users(store, run):
+    reconciler = Reconciler(store, None)
+    slot = {"subject": "user", "attribute": "dentist", "value": "Tuesday"}
+    claim = Fact("The dentist appointment is on Tuesday", stated_by="assistant", **slot)
+    first = run(
+        reconciler.apply("acme", "default", claim, {"job_id": "1", "stated_by": "assistant"})
+    )
+    assert run(store.get("acme", first.memory_id)).source == "assistant"
+    confirm = Fact("The dentist appointment is on Tuesday", stated_by="user", **slot)
+    again = run(reconciler.apply("acme", "default", confirm, {"job_id": "2"}))
+    assert again.action == "reinforced"
+    confirmed = run(store.get("acme", first.memory_id))
+    assert confirmed.source == "user"
+    history = run(store.history("acme", first.memory_id))
+    assert history[-1].detail["source_before"] == "assistant"
+    later = Fact(
+        "The dentist appointment is on Wednesday",
+        subject="user",
+        attribute="dentist",
+        value="Wednesday",
+        stated_by="assistant",
+    )
+    rejected = run(reconciler.apply("acme", "default", later, {"job_id": "3"}))
+    assert rejected.action == "rejected" and rejected.old_ids == [first.memory_id]
+
+
+def test_assistant_proposal_cannot_retire_or_update_a_user_memory(store, run):
+    reconciler = Reconciler(store, None)
+    mine = run(store.add("acme", "default", NewMemory("The user owns a boat")))
+    claim = Fact(
+        "The user sold the boat", stated_by="assistant", action="update", memory_ids=["m1"]
+    )
+    outcome = run(reconciler.apply("acme", "default", claim, {}, shown={"m1": mine}))
+    assert outcome.action == "rejected"
+    assert run(reconciler.retire("acme", mine, "j", stated_by="assistant")).action == "rejected"
+    assert run(store.get("acme", mine.id)).status == "active"
+    assert run(reconciler.retire("acme", mine, "j")).action == "retired"
+    retired = run(store.get("acme", mine.id))
+    assert retired.status == "expired" and "boat" not in retired.status_reason
+
+
+def test_expired_memories_are_never_recalled(store, run):
+    run(
+        store.add(
+            "acme", "default", NewMemory("The user is on vacation", expires_at=time.time() - 1)
+        )
+    )
+    run(store.add("acme", "default", NewMemory("The user likes vacation photos")))
+    results = run(store.recall(RecallQuery("acme", ["default"], "vacation", min_similarity=-1)))
+    assert [r.memory.content for r in results] == ["The user likes vacation photos"]
+
+
+def test_judge_sees_every_close_memory_and_can_say_same(store, run, fake, fake_url):
+    scripted = ScriptedExtraction()
+    scripted.relation = "same"
+    fake.responder = scripted
+    llm = OpenAICompatibleLLM(fake_url, model="m", max_wait=0.01)
+    reconciler = Reconciler(store, llm)
+    first = run(store.add("acme", "default", NewMemory("The user is allergic to peanuts")))
+    second = run(store.add("acme", "default", NewMemory("The user has an allergy to peanuts")))
+    outcome = run(
+        reconciler.apply(
+            "acme", "default", Fact("Peanuts give the user an allergic reaction"), {"job_id": "p"}
+        )
+    )
+    run(llm.aclose())
+    assert outcome.action == "reinforced" and outcome.memory_id in (first.id, second.id)
+    judged = [c for c in scripted.calls if "You compare" in c["messages"][0]["content"]]
+    assert len(judged) == 1
+    import json
+
+    shown = json.loads(judged[0]["messages"][1]["content"])["existing_memories"]
+    assert len(shown) == 2
+    assert len(run(store.list(ListQuery("acme", limit=10))).items) == 2
