@@ -5,7 +5,8 @@
   10001 (a host folder mounted on /data usually belongs to someone else), then drops
   to uid 10001. Started with `--user UID`, it only checks that /data is writable.
 - `serve` with MEMRELAY_KEYS_FILE pointing at a file that does not exist yet (a first
-  start), and without MEMRELAY_INSECURE: it creates an admin key in that file and
+  start): with MEMRELAY_INSECURE (compose's default) it serves open, without a keys
+  file; without it, it creates an admin key in that file and
   prints it once, so a plain `docker run` starts, bound to 0.0.0.0 and closed to anyone
   without the key. Create your own keys first (`docker run ... memrelay keys create`)
   and this never happens.
@@ -55,11 +56,16 @@ def first_key(args: list[str]) -> None:
     """On a first `serve` with keys expected but none yet: an admin key, shown once."""
     insecure = os.environ.get("MEMRELAY_INSECURE", "").strip().lower() in ("1", "true", "yes")
     keys_file = os.environ.get("MEMRELAY_KEYS_FILE", "").strip()
-    if args[:1] != ["serve"] or insecure or "--insecure" in args or not keys_file:
+    if args[:1] != ["serve"] or not keys_file:
         return
     if any(a == "--keys-file" or a.startswith("--keys-file=") for a in args):
         return
     if Path(keys_file).exists():
+        return
+    if insecure or "--insecure" in args:
+        # Open mode was asked for and no keys exist yet: serve without a keys file
+        # (memrelay refuses a keys file that does not exist).
+        os.environ.pop("MEMRELAY_KEYS_FILE", None)
         return
     made = subprocess.run(
         [

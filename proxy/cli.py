@@ -155,7 +155,6 @@ def serve(
         keys = KeyStore(settings.keys_file, must_exist=True)
     except (OSError, ValueError) as exc:
         fail(f"{exc} (--keys-file / MEMRELAY_KEYS_FILE)")
-    check_database(settings.db)
     if not keys.enabled and not settings.insecure and not is_loopback(settings.host):
         if settings.keys_file is None:
             why = "without keys: anyone could read any tenant. Create a key (memrelay keys "
@@ -170,10 +169,11 @@ def serve(
     from proxy.wiring import build_app
 
     configure_logging(settings.log_level)
-    try:  # before llama.cpp starts or the queue is touched (issue 14)
+    try:  # before the database is opened, llama.cpp starts or the queue is touched
         check_port_free(settings.host, settings.port)
     except PortBusy as exc:
-        raise typer.BadParameter(str(exc)) from exc
+        fail(str(exc))
+    check_database(settings.db)
     try:
         application = build_app(settings)
     except LocalModelMissing as exc:

