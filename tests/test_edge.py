@@ -185,7 +185,7 @@ def test_probes_stay_open_for_health_checks(fake, keyed_proxy):
 def test_path_tricks_reach_chat_with_memory_not_a_bare_forward(fake, memory_proxy, tmp_path, path):
     keys = KeyStore(tmp_path / "keys.json")
     key, _ = keys.create(["acme"])
-    server, seed = memory_proxy(keys_file=tmp_path / "keys.json")
+    server, seed = memory_proxy(keys_file=tmp_path / "keys.json", recall_budget_ms=10_000)
     seed.add("acme", "default", "Acme's launch is on May 5")
     response = _raw(server.url, "POST", path, {"X-Memrelay-Key": key, "X-Memrelay-Tenant": "acme"})
     assert response.status_code == 200
