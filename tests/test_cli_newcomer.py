@@ -244,3 +244,54 @@ def test_model_cache_survives_concurrent_starts_and_is_keyed_by_environment(tmp_
         [sys.executable, "-c", ASSEMBLE, "0"], env=env, capture_output=True, text=True, timeout=120
     )
     assert again.stdout.strip() == str(folder)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_four_serves_started_together_on_a_fresh_model_cache_all_start(tmp_path, fake_url):
+    """The issue's run: four `memrelay serve` at once, one model cache, none may die."""
+    import time
+
+    memrelay = str(Path(sys.executable).parent / "memrelay")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env.pop("MEMRELAY_EMBEDDING_MODEL_DIR", None)
+    servers = []
+    for n in range(4):
+        port = _free_port()
+        log = (tmp_path / f"serve-{n}.log").open("wb")
+        command = [memrelay, "serve", "--upstream", fake_url, "--port", str(port)]
+        command += ["--db", str(tmp_path / f"m{n}.db")]
+        servers.append((port, log, subprocess.Popen(command, env=env, stdout=log, stderr=log)))
+    try:
+        for port, _log, process in servers:
+            deadline = time.monotonic() + 240
+            while time.monotonic() < deadline and process.poll() is None:
+                try:
+                    if httpx.get(f"http://127.0.0.1:{port}/memrelay/healthz").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    time.sleep(0.5)
+            assert process.poll() is None, "a serve died at start: see its log"
+            assert httpx.get(f"http://127.0.0.1:{port}/memrelay/healthz").status_code == 200
+    finally:
+        outputs = []
+        for n, (_port, log, process) in enumerate(servers):
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=30)
+            log.close()
+            outputs.append((tmp_path / f"serve-{n}.log").read_text(errors="replace"))
+    for output in outputs:
+        assert "FileExistsError" not in output and "SameFileError" not in output, output[-2000:]
+    folders = list((tmp_path / "cache" / "memrelay" / "models").iterdir())
+    assert len(folders) == 1 and (folders[0] / "model.onnx").resolve().is_file()
