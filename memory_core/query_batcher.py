@@ -11,9 +11,11 @@ thread (one ONNX session busy at a time, so recall never fights learning for the
   `max_batch` of them in ONE call, taken round-robin across tenants
   (the tenant served first rotates): a tenant flooding the proxy gets no more than its
   share of a batch while others wait. Queries arriving while a batch runs form the next.
-- Bulk work (extraction, imports, background recalls of reconciliation) runs only
-  when no query waits, in chunks of `bulk_chunk` texts, so a waiting recall is delayed
-  by at most the chunk in progress.
+- Bulk work (extraction, imports, background recalls of reconciliation) runs when no
+  query waits, in chunks of `bulk_chunk` texts, so a waiting recall is delayed by at
+  most the chunk in progress. Under sustained recall load, bulk work that has waited
+  `bulk_max_wait_s` gets one chunk between query batches, so learning slows but never
+  stops (its jobs' leases would otherwise run out while it waits).
 - Recent query vectors are kept in an LRU keyed by model and exact text.
 - A caller that stops waiting (its recall passed its budget) is dropped from the
   queue or ignored when its batch returns; it never fails the others. An embedder
@@ -43,6 +45,7 @@ WINDOW_S = 0.002
 MAX_BATCH = 8
 BULK_CHUNK = 8
 CACHE_SIZE = 4096
+BULK_MAX_WAIT_S = 1.0  # bulk work waiting this long gets one chunk between query batches
 SAME_LENGTH_CHARS = 200  # texts up to this long share a call whatever their lengths
 
 
@@ -61,6 +64,7 @@ class _Bulk:
     future: asyncio.Future[np.ndarray]
     parts: list[np.ndarray] = field(default_factory=list)
     done: int = 0
+    waiting_since: float = field(default_factory=time.monotonic)
 
 
 class QueryCache:
@@ -115,6 +119,7 @@ class QueryBatcher:
         max_batch: int = MAX_BATCH,
         bulk_chunk: int = BULK_CHUNK,
         cache_size: int = CACHE_SIZE,
+        bulk_max_wait_s: float = BULK_MAX_WAIT_S,
     ) -> None:
         if max_batch < 1 or bulk_chunk < 1:
             raise ValueError("max_batch and bulk_chunk must be at least 1")
@@ -122,6 +127,8 @@ class QueryBatcher:
         self.window_s = window_s
         self.max_batch = max_batch
         self.bulk_chunk = bulk_chunk
+        self.bulk_max_wait_s = bulk_max_wait_s
+        self._bulk_turn = False  # an overdue bulk chunk just ran: queries go next
         self.cache = QueryCache(cache_size)
         self._queries: OrderedDict[str, deque[_Waiter]] = OrderedDict()
         self._bulk: deque[_Bulk] = deque()
@@ -197,6 +204,12 @@ class QueryBatcher:
         when closed and drained."""
         while True:
             self._drop_abandoned()
+            if self._bulk and self._queries and not self._bulk_turn:
+                job = self._bulk[0]
+                if time.monotonic() - job.waiting_since >= self.bulk_max_wait_s:
+                    self._bulk_turn = True  # one chunk, then queries again
+                    job.waiting_since = time.monotonic()
+                    return None, (job, job.texts[job.done : job.done + self.bulk_chunk])
             if self._queries:
                 oldest = min(q[0].arrived for q in self._queries.values())
                 wait = oldest + self.window_s - time.monotonic()
@@ -204,9 +217,11 @@ class QueryBatcher:
                 if wait > 0 and crowded and not self._closed:
                     self._cond.wait(wait)
                     continue
+                self._bulk_turn = False
                 return self._take_batch(), None
             if self._bulk:
                 job = self._bulk[0]
+                job.waiting_since = time.monotonic()
                 texts = job.texts[job.done : job.done + self.bulk_chunk]
                 return None, (job, texts)
             if self._closed:

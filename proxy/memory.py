@@ -24,6 +24,39 @@ from proxy.settings import Settings
 
 log = logging.getLogger("memrelay.memory")
 MAX_ID_HEADER = 20
+RECALLS_PER_TENANT = 8  # one batch's worth of a tenant's recalls run at once; more wait
+
+
+class TenantSlots:
+    """At most `cap` recalls of one tenant in the store at a time.
+
+    Why: a recall holds reader threads and the embedding queue; a tenant flooding the
+    proxy would otherwise fill both (first come, first served) and push every other
+    tenant's recall past its budget. Its extra recalls wait here instead, inside their
+    own budget: one that cannot start in time gives up having cost nothing.
+    """
+
+    def __init__(self, cap: int = RECALLS_PER_TENANT) -> None:
+        self.cap = cap
+        self._slots: dict[str, tuple[asyncio.Semaphore, list[int]]] = {}
+
+    async def run(self, tenant: str, work: Any) -> Any:
+        """Await `work()` once one of the tenant's slots is free."""
+        entry = self._slots.get(tenant)
+        if entry is None:
+            entry = self._slots[tenant] = (asyncio.Semaphore(self.cap), [0])
+        semaphore, users = entry
+        users[0] += 1
+        try:
+            async with semaphore:
+                return await work()
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._slots[tenant]  # no state kept for idle tenants
+
+    def __len__(self) -> int:
+        return len(self._slots)
 
 
 class RecallInterceptor:
@@ -35,6 +68,7 @@ class RecallInterceptor:
         self.store = store
         self.settings = settings
         self.metrics = metrics
+        self.slots = TenantSlots()
 
     async def before(self, ctx: ChatContext) -> None:
         scope = scope_for(ctx, self.settings)
@@ -74,7 +108,8 @@ class RecallInterceptor:
         )
         try:
             results = await asyncio.wait_for(
-                self.store.recall(query), self.settings.recall_budget_ms / 1000
+                self.slots.run(scope.tenant, lambda: self.store.recall(query)),
+                self.settings.recall_budget_ms / 1000,
             )
         except TimeoutError:
             log.warning(

@@ -113,7 +113,7 @@ def test_batches_respect_the_bound(embedder):
 
 def test_waiting_recall_goes_before_queued_bulk_work(embedder):
     gated = Gated(embedder)
-    batcher = QueryBatcher(gated, max_batch=8, bulk_chunk=2)
+    batcher = QueryBatcher(gated, max_batch=8, bulk_chunk=2, bulk_max_wait_s=3600)
 
     async def main() -> None:
         first = await parked(gated, batcher)
@@ -137,7 +137,7 @@ def test_waiting_recall_goes_before_queued_bulk_work(embedder):
 
 def test_recall_arriving_mid_bulk_job_runs_before_its_next_chunk(embedder):
     gated = Gated(embedder)
-    batcher = QueryBatcher(gated, bulk_chunk=2)
+    batcher = QueryBatcher(gated, bulk_chunk=2, bulk_max_wait_s=3600)
 
     async def main() -> None:
         gated.hold()
@@ -294,3 +294,24 @@ def test_a_long_query_does_not_pad_the_short_ones_in_its_batch(embedder):
     assert gated.calls[1:] == [("query", ["short one", "short two"]), ("query", [long_text])]
     for text, vector in zip(("short one", long_text, "short two"), got, strict=True):
         np.testing.assert_allclose(vector, embedder.embed([text])[0], atol=1e-4)
+
+
+def test_bulk_work_gets_a_chunk_between_batches_once_it_has_waited_its_limit(embedder):
+    gated = Gated(embedder)
+    batcher = QueryBatcher(gated, max_batch=2, bulk_chunk=2, bulk_max_wait_s=0.0)
+
+    async def main() -> None:
+        first = await parked(gated, batcher)
+        bulk = asyncio.ensure_future(batcher.bulk([f"learned fact {i}" for i in range(4)]))
+        await settle()
+        queries = [asyncio.ensure_future(batcher.query(f"recall {i}", "t")) for i in range(4)]
+        await settle()
+        gated.release()
+        await asyncio.gather(first, bulk, *queries)
+
+    try:
+        asyncio.run(main())
+    finally:
+        batcher.close()
+    kinds = [kind for kind, _ in gated.calls]
+    assert kinds == ["query", "bulk", "query", "bulk", "query"]
