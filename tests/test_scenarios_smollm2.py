@@ -33,7 +33,7 @@ pytestmark = [pytest.mark.llm, pytest.mark.timeout(3600)]
 
 def test_scenarios_on_the_embedded_default_model(served_fake, embedder, tmp_path):
     fake, served = served_fake
-    llama = LocalLlamaServer(ctx=4096, parallel=1)
+    llama = LocalLlamaServer(ctx=8192, parallel=2)  # extraction and judge prompts each keep a slot
     asyncio.run(llama.start())
     fake.reset()
     fake.responder = model = PerfectModel(extraction=False)  # chat only; extraction is llama's
@@ -43,7 +43,7 @@ def test_scenarios_on_the_embedded_default_model(served_fake, embedder, tmp_path
         extraction_url=llama.url,
         extraction_model="smollm2",
         extraction_max_tokens=300,
-        extraction_timeout=120,
+        extraction_timeout=600,
     )
     results = []
     try:
