@@ -56,6 +56,7 @@ RELATED_SIMILARITY = 0.20  # shown to the extractor: recall hits at least this c
 RELATED_TOP_K = 10
 NEIGHBOUR_SEEDS = 3  # the best related memories whose own neighbours are shown too
 NEIGHBOURS = 4
+SEED_SIMILARITY = 0.35  # only a clearly related memory's neighbours (each costs a recall)
 NEIGHBOUR_SIMILARITY = 0.40
 RELATED_MAX = 16
 FORGET_MAX = 10
@@ -341,7 +342,12 @@ class Reconciler:
             )
         )
         found = {r.memory.id: r.memory for r in results}
-        for seed in [r.memory for r in results[:NEIGHBOUR_SEEDS]]:
+        seeds = [
+            r.memory
+            for r in results[:NEIGHBOUR_SEEDS]
+            if r.breakdown.get("vector_similarity", 0.0) >= SEED_SIMILARITY
+        ]
+        for seed in seeds:
             query = RecallQuery(
                 tenant,
                 spaces,
