@@ -5,7 +5,11 @@ MEMRELAY_SCENARIO_REPORT), not asserted: a 135M model is not expected to extract
 well. What is asserted is that explicit requests ("remember that ...", "forget ...")
 work whatever the model.
 
-Run: PYTHONPATH=$PWD python -m pytest tests/test_scenarios_smollm2.py -m llm -s
+By default (and so in CI) only the explicit-request scenarios are played: each takes
+tens of seconds on 2 cores, and the whole suite takes most of an hour. The full run,
+whose score the README reports:
+  MEMRELAY_SMOLLM2_ALL_SCENARIOS=1 PYTHONPATH=$PWD python -m pytest \
+      tests/test_scenarios_smollm2.py -m llm -s
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ def test_scenarios_on_the_embedded_default_model(served_fake, embedder, tmp_path
         with ServedApp(build_app(settings, store=SQLiteStore(settings.db, embedder))) as server:
             # Explicit requests first: they are what must work whatever the model.
             order = sorted(range(len(SCENARIOS)), key=lambda i: not SCENARIOS[i].explicit)
+            if not os.environ.get("MEMRELAY_SMOLLM2_ALL_SCENARIOS"):
+                order = [i for i in order if SCENARIOS[i].explicit]
             for index in order:
                 scenario = SCENARIOS[index]
                 tenant = f"smol-{index}-{re.sub(r'[^a-z0-9]+', '-', scenario.name)[:40]}"
