@@ -33,7 +33,7 @@ from typing import Any
 import httpx
 
 from memory_core import FastEmbedEmbedder, SQLiteStore
-from memory_core.sqlite_jobs import SQLiteJobs
+from memory_core.sqlite.jobs import SQLiteJobs
 from tests.servers import free_port
 
 MEMRELAY = str(Path(sys.executable).with_name("memrelay"))
@@ -68,7 +68,7 @@ async def prefill(db: Path, jobs: int) -> None:
 
 def job_progress(db: Path) -> dict[str, int]:
     """Jobs a worker took up (leased at least once) and jobs done during the run."""
-    from memory_core.sqlite_db import connect
+    from memory_core.sqlite.db import connect
 
     conn = connect(db)
     try:

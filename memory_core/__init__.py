@@ -10,7 +10,7 @@ from memory_core.errors import (
 )
 from memory_core.model import Event, Memory, NewMemory, severity_of
 from memory_core.recall import Recalled, RecallQuery
-from memory_core.sqlite_store import SQLiteStore
+from memory_core.sqlite.store import SQLiteStore
 from memory_core.store import ImportResult, ListQuery, MemoryStore, Page
 
 __all__ = [

@@ -17,24 +17,24 @@ def is_postgres_url(db: object) -> bool:
 def make_store(db: str | Path, embedder: Embedder, **options: Any) -> MemoryStore:
     """An unopened store for `db` (`await store.start()` opens and migrates it)."""
     if is_postgres_url(db):
-        from memory_core.pg_store import PostgresStore  # psycopg loads only when used
+        from memory_core.postgres.store import PostgresStore  # psycopg loads only when used
 
         return PostgresStore(str(db), embedder, **options)
-    from memory_core.sqlite_store import SQLiteStore
+    from memory_core.sqlite.store import SQLiteStore
 
     return SQLiteStore(Path(db), embedder, **options)
 
 
 def jobs_for(store: MemoryStore) -> JobQueue:
     """The extraction queue that lives beside `store`'s memories."""
-    from memory_core.sqlite_store import SQLiteStore
+    from memory_core.sqlite.store import SQLiteStore
 
     if isinstance(store, SQLiteStore):
-        from memory_core.sqlite_jobs import SQLiteJobs
+        from memory_core.sqlite.jobs import SQLiteJobs
 
         return SQLiteJobs(store)
-    from memory_core.pg_jobs import PostgresJobs
-    from memory_core.pg_store import PostgresStore
+    from memory_core.postgres.jobs import PostgresJobs
+    from memory_core.postgres.store import PostgresStore
 
     if isinstance(store, PostgresStore):
         return PostgresJobs(store)

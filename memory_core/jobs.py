@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from memory_core.errors import InvalidInput, NotFound
-from memory_core.sqlite_db import Connection
+from memory_core.sqlite.db import Connection
 
 JOB_COLUMNS = (
     "id, tenant, space, status, payload, attempts, max_attempts, available_at, lease_owner,"

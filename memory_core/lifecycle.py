@@ -27,7 +27,7 @@ from memory_core.rows import (
     fetch_memory,
     memory_values,
 )
-from memory_core.sqlite_db import Connection, IntegrityError
+from memory_core.sqlite.db import Connection, IntegrityError
 
 
 def build_memory(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memory_core.sqlite_db import Connection
+from memory_core.sqlite.db import Connection
 
 
 @dataclass

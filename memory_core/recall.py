@@ -21,7 +21,7 @@ import snowballstemmer
 
 from memory_core.model import Memory
 from memory_core.rows import MEMORY_COLUMNS, memory_from_row
-from memory_core.sqlite_db import Connection
+from memory_core.sqlite.db import Connection
 
 # Score fusion weights. On LoCoMo (bench/locomo.py, 3 conversations, 383 questions)
 # MiniLM alone finds the evidence turn in the top 10 for 57% of questions and BM25

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memory_core.model import Event, Memory
-from memory_core.sqlite_db import Connection
+from memory_core.sqlite.db import Connection
 
 MEMORY_COLUMNS = (
     "id, tenant, space, kind, content, subject, attribute, value, confidence, source, "

@@ -17,7 +17,7 @@ from memory_core.rows import (
     event_from_row,
     memory_from_row,
 )
-from memory_core.sqlite_db import Connection
+from memory_core.sqlite.db import Connection
 from memory_core.store import ImportResult
 
 FORMAT = "memrelay.memory.v1"

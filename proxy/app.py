@@ -17,18 +17,18 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match, Route
 from starlette.types import Scope
 
-from proxy.auth import AuthMiddleware
 from proxy.background import TaskSet
-from proxy.chat import ChatCompletions
-from proxy.errors import error_body
-from proxy.hooks import ChatInterceptor
-from proxy.keys import KeyStore
+from proxy.edge.auth import AuthMiddleware
+from proxy.edge.keys import KeyStore
 from proxy.metrics import Metrics
-from proxy.passthrough import Passthrough
-from proxy.paths import MEMRELAY
+from proxy.relay.chat import ChatCompletions
+from proxy.relay.errors import error_body
+from proxy.relay.hooks import ChatInterceptor
+from proxy.relay.passthrough import Passthrough
+from proxy.relay.paths import MEMRELAY
+from proxy.relay.timing import TimingMiddleware
+from proxy.relay.upstream import Upstream
 from proxy.settings import Settings
-from proxy.timing import TimingMiddleware
-from proxy.upstream import Upstream
 
 log = logging.getLogger("memrelay.app")
 

@@ -6,8 +6,8 @@ import json
 import logging
 import time
 
-from proxy.identity import LOG_FIELDS
-from proxy.timing import REQUEST_ID_VAR
+from proxy.edge.identity import LOG_FIELDS
+from proxy.relay.timing import REQUEST_ID_VAR
 
 
 class JSONFormatter(logging.Formatter):

@@ -177,7 +177,7 @@ class Settings(BaseSettings):
     @field_validator("passthrough_extra_paths")
     @classmethod
     def _check_extras(cls, value: str) -> str:
-        from proxy.paths import parse_extras
+        from proxy.relay.paths import parse_extras
 
         parse_extras(value)
         return value

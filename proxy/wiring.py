@@ -15,15 +15,15 @@ from extraction.worker import ChatActivity, ExtractionWorkers
 from memory_core.backends import jobs_for, make_store
 from memory_core.embedder import FastEmbedEmbedder
 from memory_core.store import MemoryStore
-from proxy.admin_api import AdminAPI
+from proxy.admin.api import AdminAPI
+from proxy.admin.openapi import openapi_document
 from proxy.app import Resource, create_app
-from proxy.asgi import ASGIApp
-from proxy.keys import KeyStore
-from proxy.learning import ExtractionInterceptor
+from proxy.edge.keys import KeyStore
 from proxy.local_llm import LocalLlamaServer
-from proxy.memory import RecallInterceptor
+from proxy.memory.learning import ExtractionInterceptor
+from proxy.memory.recall import RecallInterceptor
 from proxy.metrics import Metrics
-from proxy.openapi import openapi_document
+from proxy.relay.asgi import ASGIApp
 from proxy.settings import Settings
 
 

@@ -81,7 +81,7 @@ BACKENDS = ["vector-cache", "vec0-knn", "postgres"]
 def open_backend(kind: str, location: Any, embedder: Any, loop: Any) -> Any:
     """Open a store of `kind` ('postgres' or a SQLite flavour) at `location`."""
     from memory_core import SQLiteStore
-    from memory_core.pg_store import PostgresStore
+    from memory_core.postgres.store import PostgresStore
 
     if kind == "postgres":
         opened = loop.run_until_complete(PostgresStore.open(location, embedder))

@@ -208,7 +208,7 @@ def test_stats_export_import_round_trip(admin, memory_proxy):
 
 def test_jobs_list_and_retry(admin, fake):
     client, seed = admin
-    from memory_core.sqlite_jobs import SQLiteJobs
+    from memory_core.sqlite.jobs import SQLiteJobs
 
     jobs = SQLiteJobs(seed.store)
     seed.run(jobs.enqueue("acme", "default", {"user": "x"}, job_id="job_x", max_attempts=1))

@@ -15,7 +15,7 @@ from schemathesis.checks import CHECKS, load_all_checks
 from schemathesis.config import SchemathesisConfig
 from schemathesis.core.failures import FailureGroup
 
-from proxy.keys import KeyStore
+from proxy.edge.keys import KeyStore
 
 
 @schemathesis.serializer("application/x-ndjson")

@@ -8,7 +8,7 @@ import httpx
 import openai
 import pytest
 
-from proxy.keys import KeyStore
+from proxy.edge.keys import KeyStore
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from proxy.cli import app
+from proxy.cli.main import app
 
 
 def test_chat_shows_injected_memories_and_learning(fake, memory_proxy):

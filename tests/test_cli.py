@@ -7,8 +7,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from memory_core.sqlite_db import connect
-from proxy.cli import app
+from memory_core.sqlite.db import connect
+from proxy.cli.main import app
 
 runner = CliRunner()
 

@@ -16,7 +16,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from proxy.cli import app
+from proxy.cli.main import app
 from proxy.settings import Settings
 
 runner = CliRunner()
@@ -53,7 +53,7 @@ def test_serve_with_an_unopenable_database_is_one_line(tmp_path):
         [
             sys.executable,
             "-c",
-            "from proxy.cli import app; app()",
+            "from proxy.cli.main import app; app()",
             "serve",
             "--db",
             "/proc/m.db",

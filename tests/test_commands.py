@@ -1,5 +1,5 @@
 """The explicit-request grammar (extraction/commands.py), the extractor's context
-(proxy/conversation.py) and the reading of temporary facts."""
+(proxy/memory/conversation.py) and the reading of temporary facts."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from extraction.commands import parse_commands, third_person
 from extraction.facts import read_expiry, read_extraction
-from proxy.conversation import learning_context
+from proxy.memory.conversation import learning_context
 
 
 @pytest.mark.parametrize(

@@ -118,7 +118,7 @@ def test_dockerignore_keeps_the_build_context_small():
         "keys.json",
     ):
         assert ignored(path, IGNORE), path
-    for path in ("pyproject.toml", "README.md", "proxy/cli.py", "docker/entrypoint.py"):
+    for path in ("pyproject.toml", "README.md", "proxy/cli/main.py", "docker/entrypoint.py"):
         assert not ignored(path, IGNORE), path
 
 

@@ -147,7 +147,7 @@ def test_image_starts_with_plain_docker_run_and_is_ready_on_the_embedded_model(i
             module = in_image(
                 stage,
                 None,
-                ["python", "-c", "import memory_core.sqlite_db as d; print(d.MODULE_NOTE)"],
+                ["python", "-c", "import memory_core.sqlite.db as d; print(d.MODULE_NOTE)"],
                 env,
             )
             assert module.stdout.strip() == "the standard sqlite3 module", module

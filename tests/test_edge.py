@@ -16,8 +16,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from proxy.app import create_app
-from proxy.identity import IdentityMissing, identity_of
-from proxy.keys import KeyStore
+from proxy.edge.identity import IdentityMissing, identity_of
+from proxy.edge.keys import KeyStore
 from proxy.settings import Settings
 from tests.servers import ServedApp
 
@@ -74,7 +74,7 @@ def test_identity_accessor_refuses_a_scope_the_edge_never_saw():
 
 
 def test_no_module_but_the_edge_reads_memrelay_request_headers():
-    """Only proxy/identity.py names the X-Memrelay-* request headers it parses (this
+    """Only proxy/edge/identity.py names the X-Memrelay-* request headers it parses (this
     scan flags today's main: auth.py, scoping.py)."""
     # A string that is exactly one of those header names: the way code reads a header.
     pattern = re.compile(
@@ -482,7 +482,7 @@ def test_a_keys_file_emptied_or_deleted_locks_rather_than_opens(fake, memory_pro
 
 def test_a_missing_keys_file_is_an_error_at_start(tmp_path, fake_url):
     from memory_core import SQLiteStore  # noqa: F401  (the store is never opened)
-    from proxy.keys import KeysFileMissing
+    from proxy.edge.keys import KeysFileMissing
     from proxy.wiring import build_app
 
     missing = tmp_path / "nope.json"

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from memory_core import ListQuery
-from memory_core.sqlite_jobs import SQLiteJobs
+from memory_core.sqlite.jobs import SQLiteJobs
 from tests.extraction_script import ScriptedExtraction, fact
 from tests.fake_upstream import Reply, chat_chunk, completion
 

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from memory_core.sqlite_db import connect
+from memory_core.sqlite.db import connect
 from tests.fake_upstream import Recorded, Reply, completion, default_stream
 from tests.test_replicas import Replica
 

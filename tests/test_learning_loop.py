@@ -21,7 +21,7 @@ from extraction.llm import OpenAICompatibleLLM
 from extraction.reconcile import Reconciler
 from extraction.worker import ChatActivity, CredentialCache, ExtractionWorkers
 from memory_core import SQLiteStore
-from memory_core.sqlite_jobs import SQLiteJobs
+from memory_core.sqlite.jobs import SQLiteJobs
 from tests.fake_upstream import Recorded, Reply, completion
 
 

@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from memory_core.sqlite_db import connect
+from memory_core.sqlite.db import connect
 from tests.fake_upstream import Reply, chat_chunk
 from tests.test_metrics import scrape, value
 

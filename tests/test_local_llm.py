@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from memory_core.sqlite_jobs import SQLiteJobs
+from memory_core.sqlite.jobs import SQLiteJobs
 from proxy.local_llm import LocalLlamaServer
 from proxy.settings import Settings
 from proxy.wiring import build_app

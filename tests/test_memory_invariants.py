@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from memory_core import ListQuery, NewMemory, RecallQuery
-from memory_core.sqlite_db import connect
+from memory_core.sqlite.db import connect
 
 TOPICS = [
     "coffee",

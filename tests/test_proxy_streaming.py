@@ -10,8 +10,8 @@ import httpx
 import openai
 import pytest
 
-from proxy.exchange import Exchange
-from proxy.hooks import ChatContext
+from proxy.relay.exchange import Exchange
+from proxy.relay.hooks import ChatContext
 from tests.fake_upstream import Reply, chat_chunk, completion, sse_event
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import typer
 
-from proxy.cli import app
+from proxy.cli.main import app
 from proxy.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from proxy.memory import TenantSlots
+from proxy.memory.recall import TenantSlots
 
 
 def test_a_full_tenant_waits_while_another_tenant_goes_ahead():

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from memory_core import SQLiteStore
-from memory_core.pg_store import PostgresStore
+from memory_core.postgres.store import PostgresStore
 from proxy.settings import Settings
 from proxy.wiring import build_app
 from tests.perfect_model import PerfectModel

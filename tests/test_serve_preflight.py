@@ -8,7 +8,7 @@ import socket
 import pytest
 from typer.testing import CliRunner
 
-from proxy.cli import app
+from proxy.cli.main import app
 from proxy.preflight import PortBusy, check_port_free
 
 

@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from memory_core import sqlite_db
+from memory_core.sqlite import db as sqlite_db
 
 
 def test_this_machines_stdlib_sqlite3_is_refused_with_its_reason():

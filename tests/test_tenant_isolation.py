@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.keys import KeyStore
+from proxy.edge.keys import KeyStore
 from proxy.settings import Settings
 from proxy.wiring import build_app
 from tests.conftest import open_backend

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from memory_core import vector_cache
-from memory_core.vector_cache import TenantVectors
+from memory_core.sqlite import vector_cache as vector_cache
+from memory_core.sqlite.vector_cache import TenantVectors
 
 
 def clustered(n: int, dim: int = 384, seed: int = 0) -> np.ndarray:

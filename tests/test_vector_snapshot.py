@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from memory_core import NewMemory, SQLiteStore
-from memory_core import vector_cache as vector_cache_module
-from memory_core.vector_snapshot import SnapshotDir
+from memory_core.sqlite import vector_cache as vector_cache_module
+from memory_core.sqlite.vector_snapshot import SnapshotDir
 
 TENANT = "acme"
 SPACES = ["default", "work"]

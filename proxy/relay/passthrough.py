@@ -7,15 +7,15 @@ import time
 
 import anyio
 
-from proxy.asgi import Receive, Scope, Send, header_value
-from proxy.downstream import Downstream
-from proxy.errors import send_error
-from proxy.headers import replace_header, request_headers_for_upstream
-from proxy.identity import identity_of
+from proxy.edge.identity import identity_of
 from proxy.metrics import Metrics
-from proxy.relay import relay_response
-from proxy.timing import mark_upstream_start
-from proxy.upstream import Upstream, UpstreamError
+from proxy.relay.asgi import Receive, Scope, Send, header_value
+from proxy.relay.downstream import Downstream
+from proxy.relay.errors import send_error
+from proxy.relay.headers import replace_header, request_headers_for_upstream
+from proxy.relay.stream import relay_response
+from proxy.relay.timing import mark_upstream_start
+from proxy.relay.upstream import Upstream, UpstreamError
 
 log = logging.getLogger("memrelay.passthrough")
 

@@ -9,8 +9,8 @@ from collections.abc import Callable
 import anyio
 import httpx
 
-from proxy.asgi import Send
-from proxy.headers import response_headers_for_client
+from proxy.relay.asgi import Send
+from proxy.relay.headers import response_headers_for_client
 
 log = logging.getLogger("memrelay.relay")
 

@@ -20,12 +20,12 @@ from typing import Any
 from extraction.worker import ChatActivity, ExtractionWorkers
 from memory_core.injection import scrub
 from memory_core.jobs import JobQueue, content_hash
-from proxy.backpressure import Backlog
-from proxy.conversation import last_user_text, learning_context, message_text
-from proxy.exchange import Exchange
-from proxy.hooks import ChatContext
+from proxy.memory.backpressure import Backlog
+from proxy.memory.conversation import last_user_text, learning_context, message_text
+from proxy.memory.scoping import scope_for
 from proxy.metrics import Metrics
-from proxy.scoping import scope_for
+from proxy.relay.exchange import Exchange
+from proxy.relay.hooks import ChatContext
 from proxy.settings import Settings
 
 log = logging.getLogger("memrelay.learning")

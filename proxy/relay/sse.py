@@ -11,7 +11,7 @@ import logging
 import re
 from typing import Any
 
-from proxy.exchange import Exchange
+from proxy.relay.exchange import Exchange
 
 log = logging.getLogger("memrelay.sse")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from proxy.exchange import Exchange
+from proxy.relay.exchange import Exchange
 
 
 class RequestRejected(Exception):

@@ -1,7 +1,7 @@
 """The assembled exchange: what a chat completion asked and what the model answered.
 
 This is what extraction consumes. It is built the same way from a streamed answer (by
-`proxy.sse.StreamAssembler`) and from a plain JSON answer (by `assemble_json`).
+`proxy.relay.sse.StreamAssembler`) and from a plain JSON answer (by `assemble_json`).
 """
 
 from __future__ import annotations

@@ -13,9 +13,9 @@ import typer
 import uvicorn
 from pydantic import ValidationError
 
-from proxy.cli_memory import AsJson, register
-from proxy.cli_output import emit_json, fail, table, when
-from proxy.keys import KeyStore
+from proxy.cli.memory import AsJson, register
+from proxy.cli.output import emit_json, fail, table, when
+from proxy.edge.keys import KeyStore
 from proxy.settings import Settings
 
 app = typer.Typer(no_args_is_help=True, help="memrelay: an OpenAI-compatible memory proxy.")
@@ -196,7 +196,7 @@ def check_database(db: str | Path) -> None:
     if is_postgres_url(db):
         return  # the store says so at start, with its own readable message
     from memory_core.errors import DatabaseUnavailable
-    from memory_core.sqlite_db import check_database_path, connect
+    from memory_core.sqlite.db import check_database_path, connect
 
     try:
         check_database_path(Path(db))
@@ -220,7 +220,7 @@ def chat(
     from rich.console import Console
     from rich.markup import escape
 
-    from proxy.chat_client import ChatSession
+    from proxy.cli.chat import ChatSession
 
     console = Console()
     session = ChatSession(url, tenant, model, api_key, memrelay_key, max_tokens)

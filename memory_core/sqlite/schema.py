@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from memory_core.errors import SchemaMismatch
-from memory_core.sqlite_db import Connection
+from memory_core.sqlite.db import Connection
 
 
 def _v1(dim: int) -> list[str]:

@@ -18,13 +18,14 @@ from pgvector.psycopg import register_vector_async
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from memory_core import pg_lifecycle, transfer
+from memory_core import transfer
 from memory_core.embedder import Embedder
 from memory_core.errors import InvalidInput
 from memory_core.lint import COMMON_CHECKS, POSTGRES_CHECKS, Finding
 from memory_core.listing import MAX_LIMIT, list_sql, page_of
 from memory_core.model import STATUSES, Event, Memory, NewMemory, content_hash, validate_id
-from memory_core.pg_schema import migrate
+from memory_core.postgres import lifecycle as pg_lifecycle
+from memory_core.postgres.schema import migrate
 from memory_core.recall import (
     COMMON_TTL_S,
     POSTINGS_BUDGET,

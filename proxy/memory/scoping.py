@@ -1,6 +1,6 @@
 """The memory scope of a request: which tenant, which space it writes, which it reads.
 
-It is parsed from the X-Memrelay-* headers once, at the edge (proxy/identity.py), and
+It is parsed from the X-Memrelay-* headers once, at the edge (proxy/edge/identity.py), and
 only read here: `scope_for` hands the chat interceptors the scope the edge decided, and
 raises if there is none. Nothing in this module reads a header.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from proxy.hooks import ChatContext
+from proxy.relay.hooks import ChatContext
 from proxy.settings import Settings
 
 Mode = Literal["on", "off", "read", "write"]

@@ -14,12 +14,12 @@ from typing import Any
 from memory_core.injection import render
 from memory_core.recall import RecallQuery
 from memory_core.store import MemoryStore
-from proxy.conversation import recall_query
-from proxy.exchange import Exchange
-from proxy.hooks import ChatContext
-from proxy.injection import inject
+from proxy.memory.conversation import recall_query
+from proxy.memory.injection import inject
+from proxy.memory.scoping import MemoryScope, scope_for
 from proxy.metrics import Metrics
-from proxy.scoping import MemoryScope, scope_for
+from proxy.relay.exchange import Exchange
+from proxy.relay.hooks import ChatContext
 from proxy.settings import Settings
 
 log = logging.getLogger("memrelay.memory")

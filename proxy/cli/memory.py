@@ -30,7 +30,7 @@ from memory_core.errors import MemoryError_, NotFound
 from memory_core.model import KINDS
 from memory_core.recall import RecallQuery
 from memory_core.store import ListQuery, MemoryStore
-from proxy.cli_output import MEMORY_COLUMNS, emit_json, errors, memory_rows, table, when
+from proxy.cli.output import MEMORY_COLUMNS, emit_json, errors, memory_rows, table, when
 
 T = TypeVar("T")
 Db = Annotated[

@@ -5,7 +5,7 @@ In one pass it normalises the path, bounds the headers (431) and the declared bo
 unknown X-Memrelay-* header is a 400), checks the key (401) and the tenant it is bound
 to (403), refuses paths that are neither memrelay's nor on the pass-through list (404),
 then removes every X-Memrelay-* header from the scope and stores the frozen decision,
-an `Identity`, in `scope["state"]` (see proxy/identity.py). Keys are never logged.
+an `Identity`, in `scope["state"]` (see proxy/edge/identity.py). Keys are never logged.
 
 With no keys file memrelay runs open (the CLI refuses that off loopback). With one,
 every request needs a live key, whatever its path (only the liveness and readiness
@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import logging
 
-from proxy.asgi import ASGIApp, Receive, Scope, Send
-from proxy.errors import send_error
-from proxy.identity import (
+from proxy.edge.identity import (
     LOG_FIELDS,
     STATE_KEY,
     TENANT_PARAM,
@@ -27,8 +25,10 @@ from proxy.identity import (
     Identity,
     parse_headers,
 )
-from proxy.keys import KeyStore
-from proxy.paths import (
+from proxy.edge.keys import KeyStore
+from proxy.relay.asgi import ASGIApp, Receive, Scope, Send
+from proxy.relay.errors import send_error
+from proxy.relay.paths import (
     CHAT,
     MEMRELAY,
     OWN,

@@ -15,21 +15,21 @@ from typing import Any
 
 import anyio
 
-from proxy.asgi import Message, Receive, Scope, Send
 from proxy.background import TaskSet
-from proxy.downstream import BodyTooLarge, Downstream
-from proxy.errors import send_error
-from proxy.exchange import Exchange, assemble_json
-from proxy.headers import replace_header, request_headers_for_upstream
-from proxy.hooks import ChatContext, ChatInterceptor, RequestRejected
-from proxy.identity import identity_of
-from proxy.json_input import BadJSON, parse_chat_body
+from proxy.edge.identity import identity_of
+from proxy.memory.scoping import SCOPE_KEY
 from proxy.metrics import Metrics
-from proxy.relay import DecodingTap, relay_response
-from proxy.scoping import SCOPE_KEY
-from proxy.sse import StreamAssembler
-from proxy.timing import mark_upstream_start, request_id
-from proxy.upstream import Upstream, UpstreamError
+from proxy.relay.asgi import Message, Receive, Scope, Send
+from proxy.relay.downstream import BodyTooLarge, Downstream
+from proxy.relay.errors import send_error
+from proxy.relay.exchange import Exchange, assemble_json
+from proxy.relay.headers import replace_header, request_headers_for_upstream
+from proxy.relay.hooks import ChatContext, ChatInterceptor, RequestRejected
+from proxy.relay.json_input import BadJSON, parse_chat_body
+from proxy.relay.sse import StreamAssembler
+from proxy.relay.stream import DecodingTap, relay_response
+from proxy.relay.timing import mark_upstream_start, request_id
+from proxy.relay.upstream import Upstream, UpstreamError
 
 log = logging.getLogger("memrelay.chat")
 

@@ -30,7 +30,7 @@ from memory_core.jobs import (
 )
 from memory_core.jobs import HEAD_OF_SCOPE as SHARED_HEAD_OF_SCOPE
 from memory_core.model import validate_id
-from memory_core.pg_store import PostgresStore
+from memory_core.postgres.store import PostgresStore
 
 SCOPE_LOCK_CLASS = 7_310_002  # first key of the per tenant-and-space advisory locks
 HEAD_OF_SCOPE = SHARED_HEAD_OF_SCOPE.format(now="%(now)s")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.admin_models import ForgetBody, RecallBody, RememberBody
+from proxy.admin.models import ForgetBody, RecallBody, RememberBody
 
 ID = "[A-Za-z0-9._:-]{1,128}"
 SCOPE_HEADERS = [

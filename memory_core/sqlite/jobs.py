@@ -7,7 +7,7 @@ from typing import Any
 from memory_core import jobs
 from memory_core.jobs import Job
 from memory_core.model import validate_id
-from memory_core.sqlite_store import SQLiteStore
+from memory_core.sqlite.store import SQLiteStore
 
 
 class SQLiteJobs:

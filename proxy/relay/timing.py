@@ -11,8 +11,8 @@ import contextvars
 import time
 import uuid
 
-from proxy.asgi import ASGIApp, Message, Receive, Scope, Send
 from proxy.metrics import Metrics, route_of
+from proxy.relay.asgi import ASGIApp, Message, Receive, Scope, Send
 
 _T0 = "memrelay_t0"
 _OVERHEAD = "memrelay_overhead_ms"

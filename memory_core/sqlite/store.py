@@ -39,13 +39,13 @@ from memory_core.rows import (
     fetch_memory,
     memory_from_row,
 )
-from memory_core.schema import migrate
-from memory_core.sqlite_db import Connection, check_database_path, connect
+from memory_core.sqlite.db import Connection, check_database_path, connect
+from memory_core.sqlite.schema import migrate
+from memory_core.sqlite.threads import ConnectionThreads, transaction
+from memory_core.sqlite.vector_cache import VectorCache
+from memory_core.sqlite.vector_snapshot import SnapshotDir
 from memory_core.store import ImportResult, ListQuery, Page
 from memory_core.store_base import EmbeddingStore, import_texts, recall_input
-from memory_core.threads import ConnectionThreads, transaction
-from memory_core.vector_cache import VectorCache
-from memory_core.vector_snapshot import SnapshotDir
 
 
 class SQLiteStore(EmbeddingStore):

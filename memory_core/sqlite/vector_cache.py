@@ -21,8 +21,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from memory_core.sqlite_db import Connection
-from memory_core.vector_snapshot import SNAPSHOT_FROM, Snapshot, SnapshotDir
+from memory_core.sqlite.db import Connection
+from memory_core.sqlite.vector_snapshot import SNAPSHOT_FROM, Snapshot, SnapshotDir
 
 PREFILTER_FROM = 65_536  # vectors in a tenant before the sign-bit pass is used
 PREFILTER_CANDIDATES = 4_000  # rescored exactly (at least 100 per result asked for)

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from memory_core.sqlite_db import Connection, connect
+from memory_core.sqlite.db import Connection, connect
 
 T = TypeVar("T")
 

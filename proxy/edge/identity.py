@@ -1,6 +1,6 @@
 """Who a request is: decided once, at the edge, and read from the ASGI scope by everyone.
 
-The edge middleware (proxy/auth.py) parses the key, the tenant, the spaces and the memory
+The edge middleware (proxy/edge/auth.py) parses the key, the tenant, the spaces and the memory
 mode from the request headers exactly once, removes every `X-Memrelay-*` header from
 the scope, and stores one frozen `Identity` in `scope["state"]`. Consumers (chat, pass
 through, admin API, metrics, logs) call `identity_of(scope)`, which raises when the edge
@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from proxy.scoping import MODES, MemoryScope
+from proxy.memory.scoping import MODES, MemoryScope
 
 STATE_KEY = "memrelay_identity"
 ID_RULE = "1 to 128 characters of A-Z a-z 0-9 . _ : -"

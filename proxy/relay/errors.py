@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from proxy.asgi import Send, send_bytes_response
+from proxy.relay.asgi import Send, send_bytes_response
 
 
 def error_body(

@@ -1,6 +1,6 @@
 """The admin REST API under /memrelay/v1: see, correct and control what is remembered.
 
-Scoped by the identity the edge decided (proxy/identity.py): the same X-Memrelay-*
+Scoped by the identity the edge decided (proxy/edge/identity.py): the same X-Memrelay-*
 headers as the proxy, parsed once and bound to keys there; nothing here reads a header.
 Every operation is the library's: `memory_core` for memories and events,
 `extraction.Reconciler` for remember, the job queue for jobs. Every error is the OpenAI
@@ -28,11 +28,11 @@ from memory_core.jobs import JobQueue
 from memory_core.model import KINDS, STATUSES
 from memory_core.recall import RecallQuery
 from memory_core.store import ListQuery, MemoryStore
-from proxy.admin_models import ForgetBody, RecallBody, RememberBody
-from proxy.hooks import RequestRejected
-from proxy.identity import identity_of
-from proxy.json_input import BadJSON, loads
-from proxy.scoping import MemoryScope
+from proxy.admin.models import ForgetBody, RecallBody, RememberBody
+from proxy.edge.identity import identity_of
+from proxy.memory.scoping import MemoryScope
+from proxy.relay.hooks import RequestRejected
+from proxy.relay.json_input import BadJSON, loads
 from proxy.settings import Settings
 from proxy.storage import storage_full
 

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from proxy.asgi import Receive
+from proxy.relay.asgi import Receive
 
 
 class BodyTooLarge(Exception):
