@@ -14,8 +14,7 @@ import contextvars
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-
-from proxy.memory.scoping import MODES, MemoryScope
+from typing import Literal
 
 STATE_KEY = "memrelay_identity"
 ID_RULE = "1 to 128 characters of A-Z a-z 0-9 . _ : -"
@@ -30,6 +29,29 @@ TENANT_PARAM = "X-Memrelay-Tenant"
 KNOWN = frozenset({KEY, TENANT, WRITE_SPACE, READ_SPACES, MEMORY})
 MEMRELAY_PREFIX = b"x-memrelay-"
 AUTHORIZATION = b"authorization"
+
+
+Mode = Literal["on", "off", "read", "write"]
+MODES: tuple[str, ...] = ("on", "off", "read", "write")
+SCOPE_KEY = "memory_scope"  # where the chat route puts the scope on the chat context
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryScope:
+    """Which tenant a request is, which space it writes and which it reads (the edge decides)."""
+
+    tenant: str
+    write_space: str
+    read_spaces: tuple[str, ...]
+    mode: str
+
+    @property
+    def reads(self) -> bool:
+        return self.mode in ("on", "read")
+
+    @property
+    def writes(self) -> bool:
+        return self.mode in ("on", "write")
 
 
 # For log lines: the key id and tenant of the request being served ("-" outside one).

@@ -2,36 +2,17 @@
 
 It is parsed from the X-Memrelay-* headers once, at the edge (proxy/edge/identity.py), and
 only read here: `scope_for` hands the chat interceptors the scope the edge decided, and
-raises if there is none. Nothing in this module reads a header.
+raises if there is none. The scope type lives beside the identity, so the relay and the
+edge never import the memory layer. Nothing in this module reads a header.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
+from proxy.edge.identity import MODES, SCOPE_KEY, MemoryScope, Mode
 from proxy.relay.hooks import ChatContext
 from proxy.settings import Settings
 
-Mode = Literal["on", "off", "read", "write"]
-MODES: tuple[str, ...] = ("on", "off", "read", "write")
-SCOPE_KEY = "memory_scope"
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryScope:
-    tenant: str
-    write_space: str
-    read_spaces: tuple[str, ...]
-    mode: str
-
-    @property
-    def reads(self) -> bool:
-        return self.mode in ("on", "read")
-
-    @property
-    def writes(self) -> bool:
-        return self.mode in ("on", "write")
+__all__ = ["MODES", "SCOPE_KEY", "MemoryScope", "Mode", "ScopeMissing", "scope_for"]
 
 
 class ScopeMissing(RuntimeError):

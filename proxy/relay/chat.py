@@ -16,8 +16,7 @@ from typing import Any
 import anyio
 
 from proxy.background import TaskSet
-from proxy.edge.identity import identity_of
-from proxy.memory.scoping import SCOPE_KEY
+from proxy.edge.identity import SCOPE_KEY, identity_of
 from proxy.metrics import Metrics
 from proxy.relay.asgi import Message, Receive, Scope, Send
 from proxy.relay.downstream import BodyTooLarge, Downstream
