@@ -181,6 +181,9 @@ def memory_proxy(tmp_path: Any, embedder: Any, fake_url: str) -> Iterator[Callab
         overrides.setdefault("db", tmp_path / f"memory{len(servers)}.db")
         overrides.setdefault("recall_min_similarity", -1.0)
         overrides.setdefault("extraction_workers", 0)  # jobs wait in the queue unless asked
+        # What is injected must not depend on how loaded the machine is; tests of the
+        # budget itself pass their own.
+        overrides.setdefault("recall_budget_ms", 5000)
         settings = Settings(**overrides)
         served = ServedApp(build_app(settings, store=store_class(settings.db, embedder)))
         served.__enter__()
