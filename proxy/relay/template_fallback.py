@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import OrderedDict
+from collections.abc import AsyncIterator
 
 import httpx
 
@@ -77,6 +78,15 @@ def names_system_role(body: bytes) -> bool:
     return NAMES_SYSTEM_ROLE.search(body.decode("utf-8", "replace")) is not None
 
 
+class _Replay(httpx.AsyncByteStream):
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield self.body
+
+
 def replayable(response: httpx.Response, body: bytes) -> httpx.Response:
-    """A response carrying the already-read `body`, to relay like any other."""
-    return httpx.Response(response.status_code, headers=response.headers.raw, content=body)
+    """A response carrying the already-read `body`, to relay like any other (unread: a
+    Response built from bytes counts as consumed, which `aiter_raw` refuses)."""
+    return httpx.Response(response.status_code, headers=response.headers.raw, stream=_Replay(body))
