@@ -95,6 +95,18 @@ def test_no_instructions_get_the_blocks_and_input_items_are_read(fake, seeded):
     assert body["input"] == items
 
 
+def test_instructions_given_as_items_get_one_more_developer_item(fake, seeded):
+    server, _ = seeded
+    own = [{"type": "message", "role": "system", "content": "Be brief."}]
+    httpx.post(
+        server.url + "/v1/responses",
+        headers={"X-Memrelay-Tenant": "acme"},
+        json={"model": "m", "input": QUESTION, "instructions": own},
+    )
+    extra = {"type": "message", "role": "developer", "content": BLOCK}
+    assert sent(fake)["instructions"] == [*own, extra]
+
+
 def test_stream_is_relayed_byte_for_byte_with_typed_event_lines(fake, seeded):
     server, _ = seeded
     with httpx.stream(
@@ -140,6 +152,22 @@ def test_sdk_stream_helper_and_learning_of_text_and_function_calls(fake, memory_
     assert payload["user"] == "Book me a table in Lyon"
     assert payload["assistant"] == 'Booking it now.\n[called tool book_table({"city": "Lyon"})]'
     assert payload["model"] == "m"
+
+
+def test_an_incomplete_answer_is_still_learned(fake, memory_proxy, tmp_path):
+    """`response.incomplete` (cut by max_output_tokens) holds what the model said."""
+    db = tmp_path / "incomplete.db"
+    server, _ = memory_proxy(db=db)
+    fake.script.append(Reply.sse(responses_stream("Half an", end="response.incomplete")))
+    with httpx.stream(
+        "POST",
+        server.url + "/v1/responses",
+        json={"model": "m", "input": "I like green tea", "stream": True},
+    ) as response:
+        assert response.headers["x-memrelay-memory-status"] == "queued"
+        response.read()
+    assert wait_for(lambda: len(jobs(db)) == 1)
+    assert jobs(db)[0]["assistant"] == "Half an"
 
 
 def test_function_call_outputs_and_earlier_turns_reach_learning(fake, memory_proxy, tmp_path):
