@@ -80,7 +80,9 @@ def test_create_puts_memory_after_the_clients_own_instructions(fake, seeded):
     assert raw.headers["x-memrelay-recall-status"] == "ok"
     assert raw.headers["x-memrelay-recalled"] == "2"
     assert raw.headers["x-memrelay-memory-status"] == "queued"
-    assert "x-memrelay-tenant" not in dict(fake.responses_requests()[-1].headers)
+    forwarded = fake.responses_requests()[-1]
+    assert forwarded.header("x-memrelay-tenant") is None  # the edge removed it
+    assert forwarded.header("authorization") == "Bearer sk-test"
 
 
 def test_no_instructions_get_the_blocks_and_input_items_are_read(fake, seeded):
@@ -292,6 +294,22 @@ def test_upstream_errors_pass_through_and_learn_nothing(fake, seeded):
         client(server).responses.create(model="nope", input="I like tea")
     assert info.value.response.json() == error
     assert info.value.response.headers["x-memrelay-memory-status"] == "skipped"
+
+
+def test_an_unreachable_upstream_is_a_502_and_learns_nothing(memory_proxy, tmp_path):
+    from tests.servers import free_port
+
+    db = tmp_path / "down.db"
+    server, _ = memory_proxy(db=db, upstream_url=f"http://127.0.0.1:{free_port()}", retries=0)
+    response = httpx.post(server.url + "/v1/responses", json={"model": "m", "input": "I like tea"})
+    assert response.status_code == 502
+    assert response.json()["error"]["code"] == "upstream_unreachable"
+    assert response.headers["x-memrelay-memory-status"] == "skipped"
+    conn = connect(db)
+    try:
+        assert wait_for(lambda: conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0)
+    finally:
+        conn.close()
 
 
 def test_memory_off_forwards_the_request_as_sent(fake, seeded):
