@@ -86,6 +86,8 @@ def test_chat_completions_without_v1_goes_through_the_edge_checks(fake, seeded, 
         url, json=body, headers={"X-Memrelay-Key": key, "X-Memrelay-Tenant": "other"}
     )
     assert refused.status_code == 403
+    defaulted = httpx.post(url, json=body, headers={"X-Memrelay-Key": key})
+    assert defaulted.status_code == 403  # the default tenant is not the key's either
     assert fake.chat_requests() == []
     ok = httpx.post(url, json=body, headers={"X-Memrelay-Key": key, "X-Memrelay-Tenant": "acme"})
     assert ok.status_code == 200 and FACT in sent_messages(fake)[0]["content"]

@@ -190,6 +190,18 @@ def test_function_call_outputs_and_earlier_turns_reach_learning(fake, memory_pro
     assert payload["assistant"] == "Hello from fake."
 
 
+def test_a_json_answer_that_failed_is_not_learned(fake, memory_proxy, tmp_path):
+    db = tmp_path / "failed.db"
+    server, _ = memory_proxy(db=db)
+    fake.script.append(Reply.json(response_object("", status="failed")))
+    httpx.post(server.url + "/v1/responses", json={"model": "m", "input": "I like tea"})
+    conn = connect(db)
+    try:
+        assert wait_for(lambda: conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0)
+    finally:
+        conn.close()
+
+
 @pytest.mark.parametrize("end", ["response.failed", "cut"])
 def test_an_answer_that_fails_or_is_cut_is_not_learned(fake, memory_proxy, tmp_path, end):
     db = tmp_path / "fail.db"
@@ -253,6 +265,7 @@ def test_keys_bind_the_tenant_on_responses(fake, memory_proxy, tmp_path):
     for headers, status in [
         ({}, 401),
         ({"X-Memrelay-Key": key, "X-Memrelay-Tenant": "other"}, 403),
+        ({"X-Memrelay-Key": key}, 403),  # the default tenant is not the key's either
     ]:
         response = httpx.post(
             server.url + "/v1/responses", headers=headers, json={"model": "m", "input": "secret?"}
