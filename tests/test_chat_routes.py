@@ -222,3 +222,14 @@ def test_a_refused_retry_is_relayed_and_not_retried_again(fake, seeded):
         "system",
         "user",
     ]
+
+
+def test_without_a_user_turn_the_refusal_is_relayed_not_resent(fake, seeded):
+    """No user message to carry the memory: sending the same body again would be
+    refused again, so the 400 is relayed after one try."""
+    server, _ = seeded()
+    fake.responder = gemma_responder
+    with pytest.raises(openai.BadRequestError) as info:
+        chat(server, [{"role": "assistant", "content": "You live in Paris."}])
+    assert info.value.response.json()["message"] == "System role not supported"
+    assert len(fake.chat_requests()) == 1
