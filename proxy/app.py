@@ -21,11 +21,13 @@ from proxy.background import TaskSet
 from proxy.edge.auth import AuthMiddleware
 from proxy.edge.keys import KeyStore
 from proxy.metrics import Metrics
+from proxy.relay.apis import CHAT_COMPLETIONS, RESPONSES
 from proxy.relay.chat import ChatCompletions
 from proxy.relay.errors import error_body
 from proxy.relay.hooks import ChatInterceptor
 from proxy.relay.passthrough import Passthrough
 from proxy.relay.paths import MEMRELAY
+from proxy.relay.template_fallback import TemplateFallback
 from proxy.relay.timing import TimingMiddleware
 from proxy.relay.upstream import Upstream
 from proxy.settings import Settings
@@ -103,7 +105,11 @@ def create_app(
     upstream = Upstream(settings, upstream_client)
     key_store = keys if keys is not None else KeyStore(settings.keys_file, must_exist=True)
     tasks = TaskSet()
-    chat = ChatCompletions(upstream, list(interceptors or []), tasks, metrics)
+    template = TemplateFallback(settings.memory_placement, settings.memory_placement_fallback)
+    chat = ChatCompletions(
+        upstream, list(interceptors or []), tasks, metrics, CHAT_COMPLETIONS, template
+    )
+    responses = ChatCompletions(upstream, list(interceptors or []), tasks, metrics, RESPONSES)
     passthrough = Passthrough(upstream, metrics)
 
     async def healthz(request: Request) -> JSONResponse:
@@ -149,6 +155,8 @@ def create_app(
             Route("/memrelay/readyz", readyz, methods=["GET"]),
             *(routes or []),
             Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/chat/completions", chat, methods=["POST"]),  # a base_url without /v1
+            Route("/v1/responses", responses, methods=["POST"]),
             ForwardedRoute(passthrough),
         ],
         lifespan=lifespan,

@@ -25,8 +25,10 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2
 
 def route_of(path: str) -> str:
     """A small, fixed label set: never a raw path (ids would explode cardinality)."""
-    if path == "/v1/chat/completions":
+    if path in ("/v1/chat/completions", "/chat/completions"):
         return "chat_completions"
+    if path == "/v1/responses":
+        return "responses"
     if path.startswith("/memrelay/v1/"):
         return "admin"
     if path.startswith("/memrelay/"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -152,6 +153,19 @@ class Settings(BaseSettings):
         default=None,
         description="Workers wait while users' chats are in flight (default: only with the"
         " embedded llama.cpp, whose slots they share).",
+    )
+    # issue 18 (i18r): where memory goes in a chat completion, and the template fallback
+    memory_placement: Literal["system", "developer", "user"] = Field(
+        default="system",
+        description="Where chat completions get the memory blocks: appended to the first"
+        " system/developer message or a new `system` (or `developer`) message at index 0,"
+        " or `user`: prepended to the first user message (templates without a system role).",
+    )
+    memory_placement_fallback: bool = Field(
+        default=True,
+        description="An upstream 400 naming the system role, to a request where memrelay"
+        " added the system message, is retried once with the memory in the user turn, and"
+        " that model gets it there from then on.",
     )
 
     @field_validator("ignore_patterns")

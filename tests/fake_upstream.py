@@ -144,6 +144,135 @@ def default_stream(text: str = "Hello from fake.") -> list[bytes]:
     return chunks
 
 
+def response_object(
+    text: str = "Hello from fake.",
+    calls: list[dict[str, str]] | None = None,
+    status: str = "completed",
+    response_id: str = "resp_fake",
+) -> dict[str, Any]:
+    """A Responses API answer: one output_text message, then any function calls
+    (`{"name", "arguments", "call_id"}`)."""
+    output: list[dict[str, Any]] = []
+    if text:
+        output.append(_message_item(text))
+    for i, call in enumerate(calls or []):
+        output.append(_call_item(call, i))
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": 1,
+        "status": status,
+        "model": "fake-model",
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": {
+            "input_tokens": 3,
+            "output_tokens": 4,
+            "total_tokens": 7,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        },
+    }
+
+
+def _message_item(text: str, status: str = "completed") -> dict[str, Any]:
+    content = [{"type": "output_text", "text": text, "annotations": []}] if text else []
+    return {
+        "id": "msg_fake",
+        "type": "message",
+        "status": status,
+        "role": "assistant",
+        "content": content,
+    }
+
+
+def _call_item(call: dict[str, str], i: int, arguments: str | None = None) -> dict[str, Any]:
+    return {
+        "id": f"fc_fake{i}",
+        "type": "function_call",
+        "status": "completed" if arguments is None else "in_progress",
+        "call_id": call.get("call_id", f"call_{i}"),
+        "name": call["name"],
+        "arguments": call["arguments"] if arguments is None else arguments,
+    }
+
+
+def typed_event(payload: dict[str, Any]) -> bytes:
+    """One Responses API event, as OpenAI sends it: a typed `event:` line, then data."""
+    data = json.dumps(payload, ensure_ascii=False).encode()
+    return b"event: " + payload["type"].encode() + b"\ndata: " + data + b"\n\n"
+
+
+def responses_stream(
+    text: str = "Hello from fake.",
+    calls: list[dict[str, str]] | None = None,
+    end: str = "response.completed",
+    response_id: str = "resp_fake",
+) -> list[bytes]:
+    """The event stream of `response_object(text, calls)`, word by word; `end` may be
+    `response.failed` or `response.incomplete`."""
+    final = response_object(text, calls, end.rsplit(".", 1)[1], response_id)
+    if end == "response.failed":
+        final["error"] = {"code": "server_error", "message": "the model failed"}
+    started = {**final, "status": "in_progress", "output": [], "usage": None}
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "response": started},
+        {"type": "response.in_progress", "response": started},
+    ]
+    index = 0
+    if text:
+        where = {"item_id": "msg_fake", "output_index": 0, "content_index": 0}
+        empty = {"type": "output_text", "text": "", "annotations": []}
+        events.append(
+            {
+                "type": "response.output_item.added",
+                "output_index": 0,
+                "item": _message_item("", "in_progress"),
+            }
+        )
+        events.append({"type": "response.content_part.added", **where, "part": empty})
+        for i, word in enumerate(text.split(" ")):
+            delta = (" " if i else "") + word
+            events.append(
+                {"type": "response.output_text.delta", **where, "delta": delta, "logprobs": []}
+            )
+        events.append({"type": "response.output_text.done", **where, "text": text, "logprobs": []})
+        part = {"type": "output_text", "text": text, "annotations": []}
+        events.append({"type": "response.content_part.done", **where, "part": part})
+        events.append(
+            {"type": "response.output_item.done", "output_index": 0, "item": _message_item(text)}
+        )
+        index = 1
+    for i, call in enumerate(calls or []):
+        at = index + i
+        item_id = f"fc_fake{i}"
+        added = _call_item(call, i, arguments="")
+        events.append({"type": "response.output_item.added", "output_index": at, "item": added})
+        events.append(
+            {
+                "type": "response.function_call_arguments.delta",
+                "item_id": item_id,
+                "output_index": at,
+                "delta": call["arguments"],
+            }
+        )
+        events.append(
+            {
+                "type": "response.function_call_arguments.done",
+                "item_id": item_id,
+                "output_index": at,
+                "arguments": call["arguments"],
+            }
+        )
+        events.append(
+            {"type": "response.output_item.done", "output_index": at, "item": _call_item(call, i)}
+        )
+    events.append({"type": end, "response": final})
+    return [typed_event({**e, "sequence_number": n}) for n, e in enumerate(events)]
+
+
 class FakeUpstream:
     """ASGI app. Thread-safe enough for tests: mutate `script` before requests."""
 
@@ -167,6 +296,9 @@ class FakeUpstream:
 
     def chat_requests(self) -> list[Recorded]:
         return [r for r in self.requests if r.path == "/v1/chat/completions"]
+
+    def responses_requests(self) -> list[Recorded]:
+        return [r for r in self.requests if r.path == "/v1/responses"]
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -227,11 +359,13 @@ class FakeUpstream:
             return Reply.json({"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
         if req.path == "/v1/chat/completions" and b"memrelay-extraction" in req.body:
             return Reply.json(completion(json.dumps({"facts": [], "forget": []})))
-        if req.path == "/v1/chat/completions" and req.method == "POST":
+        if req.path in ("/v1/chat/completions", "/v1/responses") and req.method == "POST":
             try:
                 stream = bool(json.loads(req.body).get("stream"))
             except ValueError:
                 stream = False
+            if req.path == "/v1/responses":
+                return Reply.sse(responses_stream()) if stream else Reply.json(response_object())
             return Reply.sse(default_stream()) if stream else Reply.json(completion())
         return Reply.json({"echo": req.path, "method": req.method, "size": len(req.body)})
 

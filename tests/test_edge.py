@@ -197,7 +197,7 @@ def test_path_tricks_reach_chat_with_memory_not_a_bare_forward(fake, memory_prox
 
 @pytest.mark.parametrize(
     ("method", "path"),
-    [("POST", "/chat/completions"), ("POST", "/completion"), ("GET", "/slots"), ("GET", "/")],
+    [("GET", "/chat/completions"), ("POST", "/completion"), ("GET", "/slots"), ("GET", "/")],
 )
 def test_outside_the_list_is_a_json_404_never_forwarded(fake, keyed_proxy, method, path):
     served, key = keyed_proxy()

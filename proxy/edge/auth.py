@@ -30,6 +30,7 @@ from proxy.relay.asgi import ASGIApp, Receive, Scope, Send
 from proxy.relay.errors import send_error
 from proxy.relay.paths import (
     CHAT,
+    MEMORY_ROUTES,
     MEMRELAY,
     OWN,
     PUBLIC,
@@ -47,7 +48,7 @@ BODY_LIMIT = "memrelay_body_limit"
 
 def body_limit(settings: Settings, method: str, path: str) -> int | None:
     """Largest body memrelay accepts on this route; None for pass-through (streamed)."""
-    if path == CHAT and method == "POST":
+    if path in MEMORY_ROUTES and method == "POST":
         return settings.max_body_bytes
     if path == IMPORT:
         return settings.import_max_bytes
@@ -93,7 +94,7 @@ class AuthMiddleware:
             await send_error(send, 400, exc.message, code=exc.code, param=exc.param)
             return
         local = path.startswith(MEMRELAY) or path in OWN  # answered here, never forwarded
-        own = local or (path == CHAT and method == "POST")
+        own = local or (path in MEMORY_ROUTES and method == "POST")
         record = None
         if self.keys.enforced and path not in PUBLIC:
             presented = parsed.key
@@ -111,7 +112,9 @@ class AuthMiddleware:
                     "invalid_memrelay_key",
                 )
                 return
-            needs_tenant = path == CHAT or path.startswith(MEMRELAY) or parsed.tenant_given
+            memory = path in MEMORY_ROUTES and method == "POST"
+            needs_tenant = memory or path == CHAT or path.startswith(MEMRELAY)
+            needs_tenant = needs_tenant or parsed.tenant_given
             if needs_tenant and not record.allows(parsed.memory.tenant):
                 log.info("key %s refused for a tenant it is not bound to", record.id)
                 await send_error(

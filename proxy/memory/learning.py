@@ -58,7 +58,7 @@ def exchange_payload(ctx: ChatContext, user: str, read_spaces: tuple[str, ...]) 
         "model": ctx.body.get("model"),
         "time": time.time(),
         # earlier turns and the read spaces: reconciliation acts on every readable space
-        "context": learning_context(ctx.body.get("messages") or [], read_spaces),
+        "context": learning_context(ctx.messages, read_spaces),
     }
 
 
@@ -71,15 +71,18 @@ def with_answer(payload: dict[str, Any], exchange: Exchange) -> dict[str, Any]:
     }
 
 
-def request_digest(tenant: str, space: str, messages: list[Any]) -> str:
+def request_digest(tenant: str, space: str, messages: list[Any], thread: str | None = None) -> str:
     """Same scope and same conversation, the same digest: the memory block memrelay
-    injected (which changes as memories do) is not part of it."""
+    injected (which changes as memories do) is not part of it. `thread` names a
+    conversation stored upstream (Responses `previous_response_id`)."""
     turns = []
     for message in messages:
         if isinstance(message, dict):
             text = message_text(message)
             if text:
                 turns.append([message.get("role"), text])
+    if thread is not None:
+        return content_hash([tenant, space, turns, thread])
     return content_hash([tenant, space, turns])
 
 
@@ -111,7 +114,7 @@ class ExtractionInterceptor:
         if not scope.writes:
             ctx.state[STATUS] = "off"
             return
-        user = last_user_text(ctx.body.get("messages") or [])
+        user = last_user_text(ctx.messages)
         if not user.strip():
             self._skip(ctx, "no user text")
             return
@@ -124,8 +127,7 @@ class ExtractionInterceptor:
         payload = exchange_payload(ctx, user, scope.read_spaces)
         digest = None  # a dedup window of 0 learns every request
         if self.settings.extraction_dedup_seconds > 0:
-            messages = ctx.body.get("messages") or []
-            digest = request_digest(scope.tenant, scope.write_space, messages)
+            digest = request_digest(scope.tenant, scope.write_space, ctx.messages, ctx.thread)
         try:
             job = await self.queue.reserve(
                 scope.tenant,

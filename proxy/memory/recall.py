@@ -15,7 +15,6 @@ from memory_core.injection import render
 from memory_core.recall import RecallQuery
 from memory_core.store import MemoryStore
 from proxy.memory.conversation import recall_query
-from proxy.memory.injection import inject
 from proxy.memory.scoping import MemoryScope, scope_for
 from proxy.metrics import Metrics
 from proxy.relay.exchange import Exchange
@@ -84,7 +83,7 @@ class RecallInterceptor:
                 memories, self.settings.injection_max_chars, self.settings.memory_max_chars
             )
             if injection.text:
-                ctx.set_body(inject(ctx.body, injection.text))
+                ctx.inject(injection.text)
                 ids = injection.memory_ids
             status = "ok" if ids else "empty"
         if self.metrics is not None:
@@ -95,8 +94,7 @@ class RecallInterceptor:
         self._headers(ctx, status, ids, elapsed)
 
     async def _recall(self, ctx: ChatContext, scope: MemoryScope) -> tuple[str, list[Any]]:
-        messages = ctx.body.get("messages") or []
-        text = recall_query(messages, self.settings.recall_query_chars)
+        text = recall_query(ctx.messages, self.settings.recall_query_chars)
         if not text.strip():
             return "empty", []
         query = RecallQuery(

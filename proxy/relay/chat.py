@@ -1,4 +1,6 @@
-"""`POST /v1/chat/completions`: interceptors before, byte-exact relay, exchange after.
+"""`POST /v1/chat/completions` (also spelled `/chat/completions`) and `POST /v1/responses`:
+interceptors before, byte-exact relay, exchange after. What differs between the two APIs
+is in proxy/relay/apis.py.
 
 Besides `before`, `response_started` and `after`, an interceptor may define
 `answer_complete(ctx, exchange)`, awaited once the whole answer is known but before its
@@ -14,19 +16,26 @@ import time
 from typing import Any
 
 import anyio
+import httpx
 
 from proxy.background import TaskSet
 from proxy.edge.identity import SCOPE_KEY, identity_of
 from proxy.metrics import Metrics
+from proxy.relay.apis import CHAT_COMPLETIONS, Api
 from proxy.relay.asgi import Message, Receive, Scope, Send
 from proxy.relay.downstream import BodyTooLarge, Downstream
 from proxy.relay.errors import send_error
-from proxy.relay.exchange import Exchange, assemble_json
+from proxy.relay.exchange import Exchange
 from proxy.relay.headers import replace_header, request_headers_for_upstream
-from proxy.relay.hooks import ChatContext, ChatInterceptor, RequestRejected
-from proxy.relay.json_input import BadJSON, parse_chat_body
-from proxy.relay.sse import StreamAssembler
+from proxy.relay.hooks import CHAT_API, ChatContext, ChatInterceptor, RequestRejected
+from proxy.relay.json_input import BadJSON
 from proxy.relay.stream import DecodingTap, relay_response
+from proxy.relay.template_fallback import (
+    TemplateFallback,
+    names_system_role,
+    read_small_error,
+    replayable,
+)
 from proxy.relay.timing import mark_upstream_start, request_id
 from proxy.relay.upstream import Upstream, UpstreamError
 
@@ -37,7 +46,8 @@ JSON_TAP_LIMIT = 32 * 1024 * 1024
 
 
 class ChatCompletions:
-    """ASGI app for chat completions; every other method on the path passes through."""
+    """ASGI app for one memory API (chat completions by default, or the Responses API);
+    every other method on the path passes through."""
 
     def __init__(
         self,
@@ -45,11 +55,15 @@ class ChatCompletions:
         interceptors: list[ChatInterceptor],
         tasks: TaskSet,
         metrics: Metrics | None = None,
+        api: Api = CHAT_COMPLETIONS,
+        template: TemplateFallback | None = None,
     ) -> None:
         self.upstream = upstream
         self.interceptors = interceptors
         self.tasks = tasks
         self.metrics = metrics
+        self.api = api
+        self.template = template or TemplateFallback(enabled=False)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         downstream = Downstream(receive)
@@ -90,12 +104,19 @@ class ChatCompletions:
                 code="body_too_large",
             )
             return
-        body = _parse_body(raw)
-        if isinstance(body, str):
-            await send_error(send, 400, body, code="invalid_body")
+        try:
+            body = self.api.parse(raw)
+        except BadJSON as exc:
+            await send_error(send, 400, str(exc), code="invalid_body")
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        ctx = ChatContext(request_id=request_id(scope), headers=headers, body=body)
+        ctx = ChatContext(
+            request_id=request_id(scope),
+            headers=headers,
+            body=body,
+            api=self.api.name,
+            placement=self.template.placement_for(body.get("model")),
+        )
         ctx.state[SCOPE_KEY] = identity_of(scope).memory  # decided once, at the edge
         contexts.append(ctx)
         try:
@@ -105,15 +126,19 @@ class ChatCompletions:
             await send_error(send, exc.status, exc.message, code=exc.code, param=exc.param)
             return
         if ctx.body_changed:
-            raw = json.dumps(ctx.body, ensure_ascii=False, separators=(",", ":")).encode()
+            raw = _dumps(ctx.body)
         up_headers = request_headers_for_upstream(scope["headers"])
         # Ask for an uncompressed answer so the side parser reads what the client reads.
         up_headers = replace_header(up_headers, b"accept-encoding", b"identity")
         sent_at = mark_upstream_start(scope)
+        query = scope.get("query_string", b"")
+        path = self.api.upstream_path
         try:
-            response = await self.upstream.open(
-                "POST", "/v1/chat/completions", scope.get("query_string", b""), up_headers, raw
-            )
+            response = await self.upstream.open("POST", path, query, up_headers, raw)
+            if ctx.api == CHAT_API and self.template.may_retry(
+                response.status_code, ctx.inserted_message
+            ):
+                response = await self._template_fallback(ctx, response, query, up_headers)
         except UpstreamError as exc:
             self._response_started(ctx, exc.status)
             await send_error(
@@ -126,7 +151,7 @@ class ChatCompletions:
             )
             return
         if self.metrics is not None:
-            self.metrics.ttfb.labels("chat_completions").observe(time.perf_counter() - sent_at)
+            self.metrics.ttfb.labels(self.api.metric).observe(time.perf_counter() - sent_at)
         self._response_started(ctx, response.status_code)
         try:
             exchange = await self._relay(send, response, ctx, deadline)
@@ -134,9 +159,35 @@ class ChatCompletions:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
         if self.metrics is not None:
-            self.metrics.upstream.labels("chat_completions").observe(time.perf_counter() - sent_at)
+            self.metrics.upstream.labels(self.api.metric).observe(time.perf_counter() - sent_at)
         if exchange is not None:
             self._after(ctx, exchange)
+
+    async def _template_fallback(
+        self, ctx: ChatContext, response: Any, query: bytes, headers: list[tuple[bytes, bytes]]
+    ) -> Any:
+        """A 400 to a request where memrelay added a system message: if it names the
+        system role, send the request once more with the memory in the first user
+        message, and remember that model. Nothing has reached the client yet."""
+        try:
+            error = await read_small_error(response)
+        except httpx.HTTPError as exc:
+            await response.aclose()
+            raise UpstreamError(
+                502, f"could not read the upstream: {exc}", "upstream_unreachable"
+            ) from exc
+        if error is None:  # too large or compressed to be a template error: relay it
+            return response
+        await response.aclose()
+        if not names_system_role(error):
+            return replayable(response, error)
+        self.template.remember(ctx.body.get("model"))
+        if not ctx.reinject("user") or ctx.inserted_message:
+            return replayable(response, error)  # no user turn to carry the memory
+        log.info("request %s: retried with the memory in the user turn", ctx.request_id)
+        return await self.upstream.open(
+            "POST", self.api.upstream_path, query, headers, _dumps(ctx.body)
+        )
 
     def _after(self, ctx: ChatContext, exchange: Exchange) -> None:
         """Hand the finished exchange to the interceptors, in the background."""
@@ -164,7 +215,7 @@ class ChatCompletions:
             await relay_response(send, response, ctx.response_headers, deadline=deadline)
             return None
         if streamed:
-            assembler = StreamAssembler(exchange)
+            assembler = self.api.assembler(exchange)
             tap = DecodingTap(response.headers.get("content-encoding"), assembler.feed)
             finished = False
 
@@ -235,12 +286,8 @@ class ChatCompletions:
             return None
         if not isinstance(parsed, dict):
             return None
-        return assemble_json(exchange, parsed)
+        return self.api.assemble_json(exchange, parsed)
 
 
-def _parse_body(raw: bytes) -> dict[str, Any] | str:
-    """The request as a dict, or a message saying what is wrong with it."""
-    try:
-        return parse_chat_body(raw)
-    except BadJSON as exc:
-        return str(exc)
+def _dumps(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()

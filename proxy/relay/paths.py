@@ -13,6 +13,10 @@ from urllib.parse import quote
 # Routes memrelay serves itself; every other one goes to the upstream if allowed.
 PUBLIC = frozenset({"/memrelay/healthz", "/memrelay/readyz"})  # probes: no key needed
 CHAT = "/v1/chat/completions"
+RESPONSES = "/v1/responses"
+# POSTed to these, a request gets memory; `/chat/completions` is the spelling of a base
+# URL without /v1 (llama.cpp and others serve it), forwarded upstream as CHAT.
+MEMORY_ROUTES = frozenset({CHAT, "/chat/completions", RESPONSES})
 MEMRELAY = "/memrelay/"
 OWN = frozenset({"/metrics"})
 
