@@ -108,39 +108,3 @@ def learning_context(messages: list[Any], read_spaces: list[str] | tuple[str, ..
         "earlier_turns": earlier,
         "read_spaces": list(read_spaces),
     }
-
-
-def input_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
-    """A Responses API request's `input` as chat messages, for recall and learning.
-
-    A string is one user message; message items keep their role and content (input_text
-    and output_text parts are read by `message_text`); a function call becomes an
-    assistant tool call and its output a tool message; other items (reasoning, item
-    references, images, files) carry no text memrelay reads. Only the new input is
-    here: turns stored upstream under `previous_response_id` are not.
-    """
-    raw = body.get("input")
-    if isinstance(raw, str):
-        return [{"role": "user", "content": raw}]
-    if not isinstance(raw, list):
-        return []
-    messages: list[dict[str, Any]] = []
-    for item in raw:
-        if not isinstance(item, dict):
-            continue
-        kind = item.get("type", "message")
-        if kind == "message" and isinstance(item.get("role"), str):
-            messages.append({"role": item["role"], "content": item.get("content")})
-        elif kind == "function_call":
-            name, arguments = item.get("name"), item.get("arguments")
-            call = {"name": name if isinstance(name, str) else ""}
-            call["arguments"] = arguments if isinstance(arguments, str) else ""
-            messages.append(
-                {"role": "assistant", "content": None, "tool_calls": [{"function": call}]}
-            )
-        elif kind == "function_call_output":
-            output = item.get("output")
-            messages.append(
-                {"role": "tool", "content": output if isinstance(output, (str, list)) else ""}
-            )
-    return messages

@@ -11,9 +11,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from proxy.memory.conversation import input_messages
-from proxy.memory.injection import inject, inject_instructions, inserts_message
 from proxy.relay.exchange import Exchange
+from proxy.relay.placement import inject, inject_instructions, inserts_message
+from proxy.relay.responses import input_messages
 
 CHAT_API = "chat"
 RESPONSES_API = "responses"
