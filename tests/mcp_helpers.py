@@ -14,18 +14,29 @@ import httpx2
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CallToolResult
+from mcp.shared.exceptions import MCPError
+from mcp.types import REQUEST_TIMEOUT, CallToolResult
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = {"recall", "remember", "correct", "forget", "list", "history"}
 
 
 async def start(session: ClientSession, era: str) -> None:
-    """`legacy`: the initialize handshake (2025 protocol); `modern`: server/discover."""
+    """`legacy`: the initialize handshake (2025 protocol); `modern`: server/discover.
+
+    The SDK gives server/discover 10 seconds; a process still importing on a loaded
+    machine may miss that, so a timed-out probe is asked again (the SDK's own `mode=auto`
+    falls back to initialize instead)."""
     if era == "legacy":
         await session.initialize()
-    else:
-        await session.discover()
+        return
+    for attempt in range(6):
+        try:
+            await session.discover()
+            return
+        except MCPError as exc:
+            if exc.code != REQUEST_TIMEOUT or attempt == 5:
+                raise
 
 
 @asynccontextmanager

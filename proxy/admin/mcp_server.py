@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Annotated, Any
@@ -61,6 +61,7 @@ class Caller:
 
 
 CallerOf = Callable[[Context], Caller]
+Ready = Callable[[], Awaitable[None]]  # awaited before a tool touches the store
 
 
 def http_caller(ctx: Context) -> Caller:
@@ -119,15 +120,22 @@ def _by(caller: Caller) -> str:
 class MemoryTools:
     """The six tools over one store; `caller_of` says who each call is."""
 
-    def __init__(self, store: MemoryStore, reconciler: Reconciler, caller_of: CallerOf) -> None:
+    def __init__(
+        self,
+        store: MemoryStore,
+        reconciler: Reconciler,
+        caller_of: CallerOf,
+        ready: Ready | None = None,
+    ) -> None:
         self.store = store
         self.reconciler = reconciler
         self.caller_of = caller_of
+        self.ready = ready
         self.allowed: dict[str, frozenset[str]] = {}
 
-    def begin(self, ctx: Context, *, reads: bool = False, writes: bool = False) -> Caller:
-        """Refuse undeclared arguments, then decide who the call is and whether its memory
-        mode (X-Memrelay-Memory or --memory) lets it read or write."""
+    async def begin(self, ctx: Context, *, reads: bool = False, writes: bool = False) -> Caller:
+        """Refuse undeclared arguments, decide who the call is and whether its memory mode
+        (X-Memrelay-Memory or --memory) lets it read or write, then wait for the store."""
         params = ctx.request_context.params or {}
         name = str(params.get("name", ""))
         unknown = sorted(set(params.get("arguments") or {}) - self.allowed.get(name, frozenset()))
@@ -141,6 +149,8 @@ class MemoryTools:
             raise ToolError(f"memory mode is {caller.scope.mode!r}: this connection may not read")
         if writes and not caller.scope.writes:
             raise ToolError(f"memory mode is {caller.scope.mode!r}: this connection may not write")
+        if self.ready is not None:
+            await self.ready()
         return caller
 
     def register(self, server: MCPServer) -> None:
@@ -177,7 +187,7 @@ class MemoryTools:
         """Recall the active memories closest to `query` from every space this connection
         reads, best first, each with its score breakdown (similarity, text match, recency,
         kind weight) saying why it ranked where it did."""
-        caller = self.begin(ctx, reads=True)
+        caller = await self.begin(ctx, reads=True)
         with tool_errors():
             body = RecallBody.model_validate(
                 {"query": query, "top_k": top_k, "kinds": kinds, "min_similarity": min_similarity}
@@ -215,7 +225,7 @@ class MemoryTools:
         """Remember something in this connection's write space. It is reconciled like a fact
         learned from a chat: the same text reinforces the existing memory, a new value for
         the same subject and attribute supersedes the old one. Answers what was done."""
-        caller = self.begin(ctx, writes=True)
+        caller = await self.begin(ctx, writes=True)
         with tool_errors():
             body = RememberBody.model_validate(
                 {
@@ -257,7 +267,7 @@ class MemoryTools:
         """Correct a memory of this connection's write space: a new version replaces it (it
         keeps its subject and attribute) and the old one becomes `superseded`, so it is
         never recalled again but stays in the history. Answers both."""
-        caller = self.begin(ctx, writes=True)
+        caller = await self.begin(ctx, writes=True)
         with tool_errors():
             old = await ops.require_memory(
                 self.store, caller.scope.tenant, memory_id, (caller.scope.write_space,)
@@ -306,7 +316,7 @@ class MemoryTools:
         connection reads: content, vector and text are erased, with every earlier version
         it superseded; only a tombstone and the history remain. With dry_run=true (the
         default) nothing changes and the answer lists what would be forgotten."""
-        caller = self.begin(ctx, reads=dry_run, writes=not dry_run)
+        caller = await self.begin(ctx, reads=dry_run, writes=not dry_run)
         if (memory_id is None) == (query is None):
             raise ToolError("give exactly one of memory_id or query")
         scope = caller.scope
@@ -350,7 +360,7 @@ class MemoryTools:
     ) -> dict[str, Any]:
         """List the memories of the spaces this connection reads, newest first, a page at a
         time (active ones unless `status` says otherwise)."""
-        caller = self.begin(ctx, reads=True)
+        caller = await self.begin(ctx, reads=True)
         scope = caller.scope
         spaces = list(dict.fromkeys(space or scope.read_spaces))
         outside = [s for s in spaces if s not in scope.read_spaces]
@@ -386,7 +396,7 @@ class MemoryTools:
     ) -> dict[str, Any]:
         """How one memory of the spaces this connection reads came to be what it is: every
         event (added, reinforced, superseded, forgotten...) with who did it and why."""
-        caller = self.begin(ctx, reads=True)
+        caller = await self.begin(ctx, reads=True)
         scope = caller.scope
         with tool_errors():
             memory = await ops.require_memory(
@@ -400,9 +410,11 @@ def build_server(
     store: MemoryStore,
     reconciler: Reconciler,
     caller_of: CallerOf,
+    ready: Ready | None = None,
     **options: Any,
 ) -> MCPServer:
-    """An MCP server whose tools act on `store` for whoever `caller_of` says a call is."""
+    """An MCP server whose tools act on `store` for whoever `caller_of` says a call is
+    (`ready`, if given, is awaited first: stdio opens the store while the client connects)."""
     server: MCPServer = MCPServer(
         NAME,
         instructions=INSTRUCTIONS,
@@ -410,7 +422,7 @@ def build_server(
         subscriptions=False,  # nothing to subscribe to: memories are read through the tools
         **options,
     )
-    MemoryTools(store, reconciler, caller_of).register(server)
+    MemoryTools(store, reconciler, caller_of, ready).register(server)
     return server
 
 

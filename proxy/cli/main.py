@@ -12,7 +12,7 @@ import httpx
 import openai
 import typer
 
-from proxy.cli import database, jobs, ledger, memories, serve, transfer
+from proxy.cli import database, jobs, ledger, mcp_stdio, memories, serve, transfer
 from proxy.cli.keys import keys_app
 
 app = typer.Typer(no_args_is_help=True, help="memrelay: an OpenAI-compatible memory proxy.")
@@ -68,6 +68,9 @@ def chat(
         raise typer.Exit(1) from exc
     finally:
         session.close()
+
+
+mcp_stdio.register(app)
 
 
 def main() -> None:  # pragma: no cover - console script entry
