@@ -29,6 +29,8 @@ def route_of(path: str) -> str:
         return "chat_completions"
     if path.startswith("/memrelay/v1/"):
         return "admin"
+    if path == "/memrelay/mcp":
+        return "mcp"
     if path.startswith("/memrelay/"):
         return "health"
     if path == "/metrics":

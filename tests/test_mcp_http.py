@@ -269,6 +269,8 @@ def test_alice_can_never_reach_bobs_memories_through_any_tool(world: World, era:
 
     run(attack())
     _bob_fine(world)
+    metrics = httpx.get(world.url + "/metrics", headers=world.headers()).text
+    assert 'memrelay_requests_total{method="POST",route="mcp",status="200"}' in metrics
 
 
 def test_a_key_is_refused_for_a_tenant_it_is_not_bound_to(world: World) -> None:
