@@ -426,3 +426,22 @@ def test_the_session_manager_starts_and_stops_with_the_app(
             await initialize()  # nor after shutdown
 
     run(lifespan())
+
+
+def test_a_call_without_the_edges_decision_has_no_identity() -> None:
+    """Never a default tenant: no HTTP request, or one the edge never saw, is refused."""
+    from types import SimpleNamespace
+
+    from starlette.requests import Request
+
+    from proxy.admin.mcp_server import http_caller
+    from proxy.edge.identity import IdentityMissing
+
+    def ctx(request: Any) -> Any:
+        return SimpleNamespace(request_context=SimpleNamespace(request=request))
+
+    with pytest.raises(IdentityMissing):
+        http_caller(ctx(None))
+    unseen = Request({"type": "http", "method": "POST", "path": MCP_PATH, "headers": []})
+    with pytest.raises(IdentityMissing):
+        http_caller(ctx(unseen))
