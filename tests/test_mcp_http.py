@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -445,3 +447,19 @@ def test_a_call_without_the_edges_decision_has_no_identity() -> None:
     unseen = Request({"type": "http", "method": "POST", "path": MCP_PATH, "headers": []})
     with pytest.raises(IdentityMissing):
         http_caller(ctx(unseen))
+
+
+def test_building_the_server_leaves_the_processs_logging_alone(tmp_path: Path) -> None:
+    """The SDK's MCPServer() would configure the root logger of a process that has not."""
+    probe = (
+        "import logging\n"
+        "from proxy.admin.mcp_server import build_server, fixed_caller\n"
+        "from proxy.memory.scoping import MemoryScope\n"
+        "build_server(None, None, fixed_caller(MemoryScope('t', 's', ('s',), 'on')))\n"
+        "root = logging.getLogger()\n"
+        "print(len(root.handlers), logging.getLevelName(root.level))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.split() == ["0", "WARNING"], out.stderr

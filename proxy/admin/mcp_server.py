@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -415,13 +416,14 @@ def build_server(
 ) -> MCPServer:
     """An MCP server whose tools act on `store` for whoever `caller_of` says a call is
     (`ready`, if given, is awaited first: stdio opens the store while the client connects)."""
-    server: MCPServer = MCPServer(
-        NAME,
-        instructions=INSTRUCTIONS,
-        version=_version(),
-        subscriptions=False,  # nothing to subscribe to: memories are read through the tools
-        **options,
-    )
+    with _logging_left_alone():
+        server: MCPServer = MCPServer(
+            NAME,
+            instructions=INSTRUCTIONS,
+            version=_version(),
+            subscriptions=False,  # nothing to subscribe to: memories are read via the tools
+            **options,
+        )
     MemoryTools(store, reconciler, caller_of, ready).register(server)
     return server
 
@@ -431,3 +433,18 @@ def _version() -> str:
         return metadata.version("memrelay")
     except metadata.PackageNotFoundError:  # run from a checkout that was never installed
         return "0"
+
+
+@contextlib.contextmanager
+def _logging_left_alone() -> Iterator[None]:
+    """MCPServer() calls logging.basicConfig: with no root handler yet, it would put a
+    rich handler at INFO on the root logger of whatever process builds the app. memrelay
+    configures logging itself (proxy/logs.py); a handler held on the root logger for the
+    duration makes that call do nothing."""
+    root = logging.getLogger()
+    hold = logging.NullHandler()
+    root.addHandler(hold)
+    try:
+        yield
+    finally:
+        root.removeHandler(hold)
