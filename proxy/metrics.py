@@ -31,6 +31,8 @@ def route_of(path: str) -> str:
         return "responses"
     if path.startswith("/memrelay/v1/"):
         return "admin"
+    if path == "/memrelay/mcp":
+        return "mcp"
     if path.startswith("/memrelay/"):
         return "health"
     if path == "/metrics":

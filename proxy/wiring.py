@@ -16,6 +16,7 @@ from memory_core.backends import jobs_for, make_store
 from memory_core.embedder import FastEmbedEmbedder
 from memory_core.store import MemoryStore
 from proxy.admin.api import AdminAPI
+from proxy.admin.mcp_http import MCPEndpoint
 from proxy.admin.openapi import openapi_document
 from proxy.app import Resource, create_app
 from proxy.edge.keys import KeyStore
@@ -100,6 +101,7 @@ def build_app(settings: Settings, store: MemoryStore | None = None) -> ASGIApp:
     ]
     # What an operator adds through the admin API is recorded as theirs, not extraction's.
     admin = AdminAPI(store, jobs, Reconciler(store, llm, actor="api"), settings)
+    mcp = MCPEndpoint(store, Reconciler(store, llm, actor="mcp"), settings)
 
     async def openapi(request: Request) -> Response:
         return JSONResponse(openapi_document())
@@ -114,9 +116,11 @@ def build_app(settings: Settings, store: MemoryStore | None = None) -> ASGIApp:
         Route("/memrelay/openapi.json", openapi, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         *admin.routes(),
+        mcp.route(),
     ]
-    # Closed in reverse: workers finish (or give back) their jobs, then the client, then the store.
-    resources: list[Resource] = [store, LLMResource(llm), workers]
+    # Closed in reverse: MCP calls end, workers finish (or give back) their jobs, then the
+    # client, then the store.
+    resources: list[Resource] = [store, LLMResource(llm), workers, mcp]
     if local is not None:
         resources.insert(0, local)  # up before the first request, down after the last
     return create_app(

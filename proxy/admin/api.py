@@ -26,8 +26,8 @@ from extraction.reconcile import Reconciler
 from memory_core.errors import InvalidInput, InvalidTransition, NotFound
 from memory_core.jobs import JobQueue
 from memory_core.model import KINDS, STATUSES
-from memory_core.recall import RecallQuery
 from memory_core.store import ListQuery, MemoryStore
+from proxy.admin import memory_ops as ops
 from proxy.admin.models import ForgetBody, RecallBody, RememberBody
 from proxy.edge.identity import identity_of
 from proxy.memory.scoping import MemoryScope
@@ -216,20 +216,9 @@ class AdminAPI:
             "time": time.time(),
             "via": "admin",
         }
-        outcome = await self.reconciler.apply(scope.tenant, scope.write_space, fact, provenance)
-        memory = (
-            await self.store.get(scope.tenant, outcome.memory_id) if outcome.memory_id else None
-        )
-        status = 201 if outcome.action in ("added", "superseded") else 200
-        return JSONResponse(
-            {
-                "action": outcome.action,
-                "superseded": outcome.old_ids if outcome.action == "superseded" else [],
-                "reason": outcome.reason,
-                "memory": memory.as_dict() if memory else None,
-            },
-            status_code=status,
-        )
+        result = await ops.remember(self.store, self.reconciler, scope, fact, provenance)
+        status = 201 if result["action"] in ("added", "superseded") else 200
+        return JSONResponse(result, status_code=status)
 
     async def list(self, request: Request) -> Response:
         scope = self._scope(request)
@@ -272,54 +261,21 @@ class AdminAPI:
 
     async def history(self, request: Request) -> Response:
         scope = self._scope(request)
-        memory_id = request.path_params["memory_id"]
-        if await self.store.get(scope.tenant, memory_id) is None:
-            raise NotFound(f"no memory {memory_id!r} in tenant {scope.tenant!r}")
-        events = await self.store.history(scope.tenant, memory_id)
+        events = await ops.history(self.store, scope.tenant, request.path_params["memory_id"])
         return JSONResponse({"data": [e.as_dict() for e in events]})
 
     async def recall(self, request: Request) -> Response:
         scope = self._scope(request)
         body: RecallBody = await self._body(request, RecallBody)
-        results = await self.store.recall(
-            RecallQuery(
-                scope.tenant,
-                list(scope.read_spaces),
-                body.query,
-                top_k=body.top_k,
-                kinds=list(body.kinds) if body.kinds else None,
-                min_similarity=body.min_similarity,
-            )
-        )
+        results = await ops.recall(self.store, scope, body)
         return JSONResponse({"data": [r.as_dict() for r in results]})
 
     async def forget_by_query(self, request: Request) -> Response:
         scope = self._scope(request)
         body: ForgetBody = await self._body(request, ForgetBody)
-        results = await self.store.recall(
-            RecallQuery(
-                scope.tenant,
-                list(scope.read_spaces),
-                body.query,
-                top_k=body.top_k,
-                min_similarity=body.min_similarity,
-                use_text=False,
-            )
-        )
-        matches = [r.memory for r in results]
-        if not body.dry_run:
-            # Fixed words and ids only: the query says what was secret, so it is not kept.
-            reason = f"forgotten by query through the admin API (request {_request_id(request)})"
-            for memory in matches:
-                await self.store.forget(scope.tenant, memory.id, reason, actor="admin")
-        return JSONResponse(
-            {
-                "dry_run": body.dry_run,
-                "forgotten" if not body.dry_run else "would_forget": [
-                    {"id": m.id, "content": m.content, "space": m.space} for m in matches
-                ],
-            }
-        )
+        # Fixed words and ids only: the query says what was secret, so it is not kept.
+        reason = f"forgotten by query through the admin API (request {_request_id(request)})"
+        return JSONResponse(await ops.forget_matching(self.store, scope, body, reason, "admin"))
 
     async def events(self, request: Request) -> Response:
         scope = self._scope(request)

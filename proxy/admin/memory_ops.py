@@ -1,0 +1,101 @@
+"""The memory operations the admin API and the MCP server share, scoped by the edge's decision.
+
+Each takes the `MemoryScope` the edge decided (or, for `memrelay mcp` over stdio, the one
+its command line fixed) and never a tenant or space chosen by the caller: the admin API
+and the MCP tools differ only in how they read their input and shape their errors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from extraction.facts import Fact
+from extraction.reconcile import Reconciler
+from memory_core.errors import NotFound
+from memory_core.model import Event, Memory
+from memory_core.recall import Recalled, RecallQuery
+from memory_core.store import MemoryStore
+from proxy.admin.models import ForgetBody, RecallBody
+from proxy.memory.scoping import MemoryScope
+
+
+async def remember(
+    store: MemoryStore,
+    reconciler: Reconciler,
+    scope: MemoryScope,
+    fact: Fact,
+    provenance: dict[str, Any],
+) -> dict[str, Any]:
+    """Reconcile `fact` into the scope's write space, like an extracted fact (it may
+    reinforce or supersede); the admin API's answer body."""
+    outcome = await reconciler.apply(scope.tenant, scope.write_space, fact, provenance)
+    memory = await store.get(scope.tenant, outcome.memory_id) if outcome.memory_id else None
+    return {
+        "action": outcome.action,
+        "superseded": outcome.old_ids if outcome.action == "superseded" else [],
+        "reason": outcome.reason,
+        "memory": memory.as_dict() if memory else None,
+    }
+
+
+async def recall(store: MemoryStore, scope: MemoryScope, body: RecallBody) -> list[Recalled]:
+    """Recall over every space the scope reads, each result with its score breakdown."""
+    return await store.recall(
+        RecallQuery(
+            scope.tenant,
+            list(scope.read_spaces),
+            body.query,
+            top_k=body.top_k,
+            kinds=list(body.kinds) if body.kinds else None,
+            min_similarity=body.min_similarity,
+        )
+    )
+
+
+async def forget_matching(
+    store: MemoryStore, scope: MemoryScope, body: ForgetBody, reason: str, actor: str
+) -> dict[str, Any]:
+    """Forget (or, on a dry run, only name) the memories of the read spaces close to
+    `body.query`, by meaning only (a shared word is not enough to erase something)."""
+    results = await store.recall(
+        RecallQuery(
+            scope.tenant,
+            list(scope.read_spaces),
+            body.query,
+            top_k=body.top_k,
+            min_similarity=body.min_similarity,
+            use_text=False,
+        )
+    )
+    matches = [r.memory for r in results]
+    if not body.dry_run:
+        for memory in matches:
+            await store.forget(scope.tenant, memory.id, reason, actor=actor)
+    return {
+        "dry_run": body.dry_run,
+        "forgotten" if not body.dry_run else "would_forget": [
+            {"id": m.id, "content": m.content, "space": m.space} for m in matches
+        ],
+    }
+
+
+async def require_memory(
+    store: MemoryStore, tenant: str, memory_id: str, spaces: tuple[str, ...] | None = None
+) -> Memory:
+    """The tenant's memory `memory_id` (in one of `spaces`, when given), or NotFound.
+
+    The message is the same whether the id exists in another tenant, in a space the
+    caller does not read, or nowhere: it tells nothing about other tenants."""
+    memory = await store.get(tenant, memory_id)
+    if memory is None or (spaces is not None and memory.space not in spaces):
+        where = f"tenant {tenant!r}" if spaces is None else "the spaces this caller reads"
+        raise NotFound(f"no memory {memory_id!r} in {where}")
+    return memory
+
+
+async def history(
+    store: MemoryStore, tenant: str, memory_id: str, spaces: tuple[str, ...] | None = None
+) -> list[Event]:
+    """How one memory came to be what it is; NotFound unless the caller may see it."""
+    await require_memory(store, tenant, memory_id, spaces)
+    return await store.history(tenant, memory_id)
