@@ -262,7 +262,7 @@ def fuse(
             fused += TEXT_WEIGHT * info[text_key] / best_text
         if "vector_rank" in info and best_vector > 0:
             fused += VECTOR_WEIGHT * max(info["vector_similarity"], 0.0) / best_vector
-        age_days = max(0.0, now - memory.updated_at) / 86400
+        age_days = max(0.0, now - said_at(memory)) / 86400
         recency = 0.85 + 0.15 * math.pow(0.5, age_days / RECENCY_HALF_LIFE_DAYS)
         confidence = 0.8 + 0.2 * memory.confidence
         severity = SEVERITY_BOOST[memory.severity]
@@ -278,5 +278,30 @@ def fuse(
             score=round(score, 6),
         )
         results.append(Recalled(memory, score, info))
+    newest_version_first(results)
     results.sort(key=lambda r: r.score, reverse=True)
     return results[: q.top_k]
+
+
+def said_at(memory: Memory) -> float:
+    """When the thing was said: `observed_at` if known, else when it was last written."""
+    return memory.observed_at if memory.observed_at is not None else memory.updated_at
+
+
+def newest_version_first(results: list[Recalled]) -> None:
+    """Memories of one slot (same subject and attribute) that are all active are versions
+    of one fact (imported, or added without reconciliation): the newest said takes the
+    best score of the group, so the latest version ranks first whatever its wording."""
+    groups: dict[tuple[str, str], list[Recalled]] = {}
+    for result in results:
+        memory = result.memory
+        if memory.subject and memory.attribute:
+            groups.setdefault((memory.subject, memory.attribute), []).append(result)
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+        scores = sorted((r.score for r in group), reverse=True)
+        by_time = sorted(group, key=lambda r: said_at(r.memory), reverse=True)
+        for position, (result, score) in enumerate(zip(by_time, scores, strict=True), start=1):
+            result.score = score
+            result.breakdown.update(version_rank=position, score=round(score, 6))

@@ -210,6 +210,7 @@ class AdminAPI:
             confidence=body.confidence,
             stated_by="admin",
             expires_at=body.expires_at,
+            observed_at=body.observed_at,
         )
         provenance = {
             "request_id": request.state.memrelay_request_id,

@@ -34,6 +34,9 @@ class RememberBody(Strict):
     value: str | None = Field(default=None, max_length=500)
     confidence: float = Field(default=0.9, ge=0, le=1)
     expires_at: float | None = Field(default=None, ge=0)
+    observed_at: float | None = Field(
+        default=None, ge=0, description="When it was said (unix time); recall favours the latest."
+    )
 
 
 class RecallBody(Strict):
