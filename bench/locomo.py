@@ -25,7 +25,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from memory_core import NewMemory, RecallQuery, SQLiteStore
+from memory_core import NewMemory, RecallQuery
+from memory_core.backends import make_store
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "bench-data" / "locomo10.json"
 KS = (1, 5, 10, 20)
@@ -76,7 +77,7 @@ def turns(conversation: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-async def load(store: SQLiteStore, tenant: str, conversation: dict[str, Any]) -> dict[str, str]:
+async def load(store: Any, tenant: str, conversation: dict[str, Any]) -> dict[str, str]:
     """Store every turn; returns memory id -> dia id."""
     pairs = turns(conversation)
     items = [NewMemory(text, kind="note", source="import") for _, text in pairs]
@@ -112,8 +113,10 @@ def run(
     conversations: int | None = None,
     questions: int | None = None,
     data: Path | None = None,
+    database: str | None = None,
 ) -> dict:
-    """Score every mode on both halves.
+    """Score every mode on both halves (on a temporary SQLite file, or `database`, a
+    Postgres URL).
 
     `conversations` caps the conversations per half, `questions` the questions per
     conversation (quick runs). Returns {'halves': {half: {'scores': ..., 'categories':
@@ -125,7 +128,7 @@ def run(
     samples = json.loads(data.read_text())
     if questions is not None:
         samples = [{**sample, "qa": sample["qa"][:questions]} for sample in samples]
-    return asyncio.run(_score_all(embedder, samples, select(samples, conversations)))
+    return asyncio.run(_score_all(embedder, samples, select(samples, conversations), database))
 
 
 def _empty() -> dict[str, Any]:
@@ -137,12 +140,16 @@ def _empty() -> dict[str, Any]:
 
 
 async def _score_all(
-    embedder: Any, samples: list[dict[str, Any]], halves: dict[str, list[int]]
+    embedder: Any,
+    samples: list[dict[str, Any]],
+    halves: dict[str, list[int]],
+    database: str | None = None,
 ) -> dict[str, Any]:
     acc = {half: _empty() for half in halves}
     dropped_ids = unresolvable = 0
     with tempfile.TemporaryDirectory() as tmp:
-        store = await SQLiteStore.open(Path(tmp) / "locomo.db", embedder)
+        store = make_store(database or Path(tmp) / "locomo.db", embedder)
+        await store.start()
         try:
             for half, indexes in halves.items():
                 for index in indexes:
@@ -170,7 +177,7 @@ async def _score_all(
 
 
 async def _score_conversation(
-    store: SQLiteStore, index: int, sample: dict[str, Any], acc: dict[str, Any]
+    store: Any, index: int, sample: dict[str, Any], acc: dict[str, Any]
 ) -> tuple[int, int]:
     tenant = f"locomo{index}"
     mapping = await load(store, tenant, sample["conversation"])
