@@ -22,6 +22,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from extraction.facts import Fact
+from extraction.long_content import apply_long
 from extraction.reconcile import Reconciler
 from memory_core.errors import InvalidInput, InvalidTransition, NotFound
 from memory_core.jobs import JobQueue
@@ -217,20 +218,28 @@ class AdminAPI:
             "time": time.time(),
             "via": "admin",
         }
-        outcome = await self.reconciler.apply(scope.tenant, scope.write_space, fact, provenance)
-        memory = (
-            await self.store.get(scope.tenant, outcome.memory_id) if outcome.memory_id else None
+        # Content too long for one memory is stored as several parts of one source.
+        outcomes = await apply_long(
+            self.reconciler, scope.tenant, scope.write_space, fact, provenance
         )
-        status = 201 if outcome.action in ("added", "superseded") else 200
-        return JSONResponse(
-            {
-                "action": outcome.action,
-                "superseded": outcome.old_ids if outcome.action == "superseded" else [],
-                "reason": outcome.reason,
-                "memory": memory.as_dict() if memory else None,
-            },
-            status_code=status,
-        )
+        outcome = outcomes[0]
+        memories = [
+            await self.store.get(scope.tenant, o.memory_id) if o.memory_id else None
+            for o in outcomes
+        ]
+        status = 201 if any(o.action in ("added", "superseded") for o in outcomes) else 200
+        answer = {
+            "action": outcome.action,
+            "superseded": outcome.old_ids if outcome.action == "superseded" else [],
+            "reason": outcome.reason,
+            "memory": memories[0].as_dict() if memories[0] else None,
+        }
+        if len(outcomes) > 1:
+            answer["parts"] = [
+                {"action": o.action, "memory": m.as_dict() if m else None}
+                for o, m in zip(outcomes, memories, strict=True)
+            ]
+        return JSONResponse(answer, status_code=status)
 
     async def list(self, request: Request) -> Response:
         scope = self._scope(request)

@@ -27,7 +27,8 @@ class Strict(BaseModel):
 
 
 class RememberBody(Strict):
-    content: str = Field(min_length=1, max_length=8000, pattern=VISIBLE)
+    # Past 8,000 characters the content is stored as several memories (parts of one source).
+    content: str = Field(min_length=1, max_length=200_000, pattern=VISIBLE)
     kind: KindName = "fact"
     subject: str | None = Field(default=None, max_length=128)
     attribute: str | None = Field(default=None, max_length=128)
