@@ -145,3 +145,31 @@ def script(fake):
     scripted = ScriptedExtraction()
     fake.responder = scripted
     return scripted
+
+
+def test_a_version_2_postgres_database_gains_the_column(pg_server: Any, embedder: Any) -> None:
+    import asyncio
+
+    from psycopg import AsyncConnection
+
+    from memory_core.postgres import schema as pg_schema
+    from memory_core.postgres.store import PostgresStore
+
+    url = pg_server.new_database()
+
+    async def scenario() -> None:
+        saved = pg_schema.MIGRATIONS
+        pg_schema.MIGRATIONS = saved[:2]
+        try:
+            async with await AsyncConnection.connect(url) as conn:
+                assert await pg_schema.migrate(conn, embedder.name, embedder.dim) == 2
+        finally:
+            pg_schema.MIGRATIONS = saved
+        store = await PostgresStore.open(url, embedder)
+        try:
+            memory = await store.add("acme", "default", NewMemory("Hi", observed_at=JUN))
+            assert (await store.get("acme", memory.id)).observed_at == JUN
+        finally:
+            await store.close()
+
+    asyncio.run(scenario())
