@@ -1,13 +1,18 @@
-"""Retrieval quality on LoCoMo: BM25-only, vector-only and memrelay's hybrid recall.
+"""Retrieval quality on LoCoMo, on a fixed tuning half and a held-out half.
 
 Part of `python -m bench.run` (section `locomo`). The data is read from
 ../shared/bench-data/locomo10.json beside the project, or $MEMRELAY_LOCOMO.
 
-Every turn of each of the 10 conversations is stored as a memory in its own tenant
-("Speaker: text", with the session date); each question of categories 1-4 with evidence
-is recalled and scored: recall_any@k (some evidence turn in the top k) and recall_all@k
-(all of them), at turn level (evidence ids like D1:3) and session level (D1). The data
-is CC BY-NC 4.0 and is read from where the team keeps it, never copied here.
+Every turn of each conversation is stored as a memory in its own tenant ("Speaker:
+text", with the session date); each question of categories 1-4 with evidence is
+recalled in three modes (BM25 alone, vectors alone, the hybrid) and scored:
+recall_any@k (some evidence turn in the top k) and recall_all@k (all of them), at turn
+level (evidence ids like D1:3) and session level (D1).
+
+The conversations are split by index, fixed here (`TUNING`, `HELD_OUT`): every
+retrieval change is tuned on the tuning half and judged on the held-out half, which
+nothing in memory_core was fitted on. The data is CC BY-NC 4.0 and is read from where
+the team keeps it, never copied here.
 """
 
 from __future__ import annotations
@@ -20,11 +25,19 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from memory_core import NewMemory, RecallQuery, SQLiteStore
+from memory_core import NewMemory, RecallQuery
+from memory_core.backends import make_store
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "bench-data" / "locomo10.json"
 KS = (1, 5, 10, 20)
 MODES = {"bm25": {"use_vector": False}, "vector": {"use_text": False}, "hybrid": {}}
+# By conversation index in locomo10.json (conv-26 ... conv-50). The earlier fusion
+# tuning used conversations 0-2, so they sit in the tuning half.
+TUNING = (0, 1, 2, 3, 4)
+HELD_OUT = (5, 6, 7, 8, 9)
+HALVES = {"tuning": TUNING, "held_out": HELD_OUT}
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+HEADLINE = (("turn", "recall_any@10"), ("session", "recall_all@5"))
 _ID = re.compile(r"^D(\d+):(\d+)$")
 
 
@@ -49,9 +62,9 @@ def session(dia_id: str) -> str:
     return dia_id.split(":")[0]
 
 
-async def load(store: SQLiteStore, tenant: str, conversation: dict[str, Any]) -> dict[str, str]:
-    """Store every turn; returns memory id -> dia id."""
-    items, dia = [], []
+def turns(conversation: dict[str, Any]) -> list[tuple[str, str]]:
+    """(dia id, memory text) for every turn, in order."""
+    out = []
     n = 1
     while f"session_{n}" in conversation:
         when = conversation.get(f"session_{n}_date_time", "")
@@ -59,13 +72,19 @@ async def load(store: SQLiteStore, tenant: str, conversation: dict[str, Any]) ->
             text = f"{turn['speaker']}: {turn['text']}"
             if turn.get("blip_caption"):
                 text += f" [shares a photo of {turn['blip_caption']}]"
-            items.append(NewMemory(f"{text} ({when})", kind="note", source="import"))
-            dia.append(turn["dia_id"])
+            out.append((turn["dia_id"], f"{text} ({when})"))
         n += 1
+    return out
+
+
+async def load(store: Any, tenant: str, conversation: dict[str, Any]) -> dict[str, str]:
+    """Store every turn; returns memory id -> dia id."""
+    pairs = turns(conversation)
+    items = [NewMemory(text, kind="note", source="import") for _, text in pairs]
     mapping: dict[str, str] = {}
     for start in range(0, len(items), 256):
         memories = await store.add_many(tenant, "default", items[start : start + 256])
-        mapping.update({m.id: dia[start + i] for i, m in enumerate(memories)})
+        mapping.update({m.id: pairs[start + i][0] for i, m in enumerate(memories)})
     return mapping
 
 
@@ -81,70 +100,175 @@ def score(ranked: list[str], evidence: list[str], level: str) -> dict[str, float
     return out
 
 
+def select(samples: list[dict[str, Any]], per_half: int | None) -> dict[str, list[int]]:
+    """Conversation indexes of each half present in the data (the first `per_half`)."""
+    return {
+        half: [i for i in indexes if i < len(samples)][:per_half]
+        for half, indexes in HALVES.items()
+    }
+
+
 def run(
     embedder: Any,
     conversations: int | None = None,
     questions: int | None = None,
     data: Path | None = None,
+    database: str | None = None,
 ) -> dict:
-    """Score every mode; returns {'scores': {mode: {level: {recall_any@k: ...}}}, ...}."""
+    """Score every mode on both halves (on a temporary SQLite file, or `database`, a
+    Postgres URL).
+
+    `conversations` caps the conversations per half, `questions` the questions per
+    conversation (quick runs). Returns {'halves': {half: {'scores': ..., 'categories':
+    ..., 'questions': n}}, 'scores': the held-out scores, 'setup': ...}.
+    """
     data = data or Path(os.environ.get("MEMRELAY_LOCOMO", DEFAULT_DATA))
     if not data.exists():
         return {"setup": f"LoCoMo data not found at {data}; section skipped.", "skipped": True}
-    samples = json.loads(data.read_text())[:conversations]
+    samples = json.loads(data.read_text())
     if questions is not None:
         samples = [{**sample, "qa": sample["qa"][:questions]} for sample in samples]
-    return asyncio.run(_score_all(embedder, samples))
+    return asyncio.run(_score_all(embedder, samples, select(samples, conversations), database))
 
 
-async def _score_all(embedder: Any, samples: list[dict[str, Any]]) -> dict[str, Any]:
-    totals: dict[str, dict[str, dict[str, float]]] = {
-        m: {lvl: {} for lvl in ("turn", "session")} for m in MODES
+def _empty() -> dict[str, Any]:
+    return {
+        "totals": {m: {lvl: {} for lvl in ("turn", "session")} for m in MODES},
+        "categories": {c: {m: {"n": 0} for m in MODES} for c in CATEGORIES},
+        "questions": 0,
     }
-    questions = dropped_ids = unresolvable = 0
+
+
+async def _score_all(
+    embedder: Any,
+    samples: list[dict[str, Any]],
+    halves: dict[str, list[int]],
+    database: str | None = None,
+) -> dict[str, Any]:
+    acc = {half: _empty() for half in halves}
+    dropped_ids = unresolvable = 0
     with tempfile.TemporaryDirectory() as tmp:
-        store = await SQLiteStore.open(Path(tmp) / "locomo.db", embedder)
+        store = make_store(database or Path(tmp) / "locomo.db", embedder)
+        await store.start()
         try:
-            for index, sample in enumerate(samples):
-                tenant = f"locomo{index}"
-                mapping = await load(store, tenant, sample["conversation"])
-                known = set(mapping.values())
-                for qa in sample["qa"]:
-                    if qa.get("category") not in (1, 2, 3, 4):
-                        continue
-                    evidence, dropped = evidence_ids(qa.get("evidence") or [], known)
-                    dropped_ids += dropped
-                    if not evidence:
-                        unresolvable += 1
-                        continue
-                    questions += 1
-                    for mode, options in MODES.items():
-                        results = await store.recall(
-                            RecallQuery(
-                                tenant, ["default"], qa["question"], top_k=max(KS), **options
-                            )
-                        )
-                        ranked = [mapping[r.memory.id] for r in results]
-                        for level in ("turn", "session"):
-                            bucket = totals[mode][level]
-                            for key, value in score(ranked, evidence, level).items():
-                                bucket[key] = bucket.get(key, 0.0) + value
+            for half, indexes in halves.items():
+                for index in indexes:
+                    d, u = await _score_conversation(store, index, samples[index], acc[half])
+                    dropped_ids += d
+                    unresolvable += u
         finally:
             await store.close()
-    scores = {
-        mode: {
-            lvl: {f"recall_{k}": round(v / max(questions, 1), 4) for k, v in vals.items()}
-            for lvl, vals in levels.items()
-        }
-        for mode, levels in totals.items()
-    }
+    result = {half: _finish(a) for half, a in acc.items()}
+    held = result.get("held_out") or next(iter(result.values()))
+    counts = ", ".join(f"{a['questions']} {h}" for h, a in acc.items())
     return {
         "setup": (
-            f"{len(samples)} conversation(s), every turn a memory in its own tenant;"
-            f" {questions} questions of categories 1-4 scored, {unresolvable} without"
-            f" resolvable evidence skipped, {dropped_ids} malformed evidence ids dropped."
-            " Issue baseline (plain BM25): turn any@10 0.629, session all@5 0.766."
+            f"Tuning half: conversations {halves.get('tuning')}, held-out half:"
+            f" {halves.get('held_out')} (indexes in locomo10.json); every turn a memory in"
+            f" its conversation's tenant; questions of categories 1-4 scored"
+            f" ({counts}),"
+            f" {unresolvable} without resolvable evidence skipped, {dropped_ids} malformed"
+            " evidence ids dropped."
         ),
-        "questions": questions,
-        "scores": scores,
+        "halves": result,
+        "scores": held["scores"],
+        "questions": held["questions"],
     }
+
+
+async def _score_conversation(
+    store: Any, index: int, sample: dict[str, Any], acc: dict[str, Any]
+) -> tuple[int, int]:
+    tenant = f"locomo{index}"
+    mapping = await load(store, tenant, sample["conversation"])
+    known = set(mapping.values())
+    dropped_ids = unresolvable = 0
+    for qa in sample["qa"]:
+        category = qa.get("category")
+        if category not in CATEGORIES:
+            continue
+        evidence, dropped = evidence_ids(qa.get("evidence") or [], known)
+        dropped_ids += dropped
+        if not evidence:
+            unresolvable += 1
+            continue
+        acc["questions"] += 1
+        for mode, options in MODES.items():
+            query = RecallQuery(tenant, ["default"], qa["question"], top_k=max(KS), **options)
+            ranked = [mapping[r.memory.id] for r in await store.recall(query)]
+            per_category = acc["categories"][category][mode]
+            per_category["n"] += 1
+            for level in ("turn", "session"):
+                bucket = acc["totals"][mode][level]
+                for key, value in score(ranked, evidence, level).items():
+                    bucket[key] = bucket.get(key, 0.0) + value
+                    name = f"{level} recall_{key}"
+                    if (level, f"recall_{key}") in HEADLINE:
+                        per_category[name] = per_category.get(name, 0.0) + value
+    return dropped_ids, unresolvable
+
+
+def _finish(acc: dict[str, Any]) -> dict[str, Any]:
+    n = max(acc["questions"], 1)
+    scores = {
+        mode: {
+            lvl: {f"recall_{k}": round(v / n, 4) for k, v in vals.items()}
+            for lvl, vals in levels.items()
+        }
+        for mode, levels in acc["totals"].items()
+    }
+    categories = {
+        CATEGORIES[c]: {
+            mode: {k: (v if k == "n" else round(v / max(vals["n"], 1), 4)) for k, v in vals.items()}
+            for mode, vals in modes.items()
+        }
+        for c, modes in acc["categories"].items()
+    }
+    return {"scores": scores, "categories": categories, "questions": acc["questions"]}
+
+
+def render(r: dict[str, Any], targets: dict[str, float]) -> list[str]:
+    """The report's markdown: headline per half and mode, the k table, per category."""
+    lines = ["## Retrieval quality on LoCoMo", "", r.get("setup", ""), ""]
+    if r.get("skipped"):
+        return lines
+    halves = r["halves"]
+    lines += ["| half | mode | questions | turn any@10 | session all@5 |", "|---|---|---|---|---|"]
+    for half, res in halves.items():
+        for mode, s in res["scores"].items():
+            lines.append(
+                f"| {half} | {mode} | {res['questions']} | {s['turn']['recall_any@10']:.3f}"
+                f" | {s['session']['recall_all@5']:.3f} |"
+            )
+    lines.append("")
+    for half, res in halves.items():
+        lines += [f"Per category ({half} half), turn any@10 / session all@5:", ""]
+        lines += ["| category | questions | bm25 | vector | hybrid |", "|---|---|---|---|---|"]
+        for name, modes in res["categories"].items():
+            cells = [
+                f"{modes[m].get('turn recall_any@10', 0):.3f} /"
+                f" {modes[m].get('session recall_all@5', 0):.3f}"
+                for m in MODES
+            ]
+            lines.append(f"| {name} | {modes['hybrid']['n']} | " + " | ".join(cells) + " |")
+        lines.append("")
+    for half, res in halves.items():
+        lines += [f"All k ({half} half), turn level then session level:", ""]
+        ks = [f"{kind}@{k}" for kind in ("any", "all") for k in KS]
+        for level in ("turn", "session"):
+            lines += ["| " + " | ".join([level, *ks]) + " |", "|" + "---|" * (len(ks) + 1)]
+            for mode, s in res["scores"].items():
+                cells = [f"{s[level][f'recall_{k}']:.3f}" for k in ks]
+                lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+            lines.append("")
+    hybrid = r["scores"]["hybrid"]
+    turn, sess = hybrid["turn"]["recall_any@10"], hybrid["session"]["recall_all@5"]
+    t_turn, t_sess = targets["locomo_turn_any10"], targets["locomo_session_all5"]
+    lines += [
+        f"- held-out hybrid turn recall_any@10 = {turn:.3f} (target {t_turn}):"
+        f" {'met' if turn >= t_turn else '**missed**'}",
+        f"- held-out hybrid session recall_all@5 = {sess:.3f} (target {t_sess}):"
+        f" {'met' if sess >= t_sess else '**missed**'}",
+        "",
+    ]
+    return [*lines, *(f"- {note}" for note in r.get("notes", [])), ""]

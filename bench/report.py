@@ -163,47 +163,9 @@ def _fairness(f: dict[str, Any] | None) -> list[str]:
 
 
 def _locomo(r: dict[str, Any], out: Path) -> list[str]:
-    lines = ["## Retrieval quality on LoCoMo", "", r.get("setup", ""), ""]
-    if r.get("skipped"):
-        return lines
-    for level in ("turn", "session"):
-        rows = []
-        for mode, scores in r["scores"].items():
-            rows.append(
-                [mode]
-                + [scores[level][f"recall_any@{k}"] for k in (1, 5, 10, 20)]
-                + [scores[level][f"recall_all@{k}"] for k in (1, 5, 10, 20)]
-            )
-        lines += [
-            f"{level} level:",
-            "",
-            *table(
-                [
-                    "mode",
-                    "any@1",
-                    "any@5",
-                    "any@10",
-                    "any@20",
-                    "all@1",
-                    "all@5",
-                    "all@10",
-                    "all@20",
-                ],
-                rows,
-            ),
-        ]
-    hybrid = r["scores"]["hybrid"]
-    turn, sess = hybrid["turn"]["recall_any@10"], hybrid["session"]["recall_all@5"]
-    lines += [
-        f"- hybrid turn recall_any@10 = {turn:.3f} (target {TARGETS['locomo_turn_any10']}):"
-        f" {verdict(turn >= TARGETS['locomo_turn_any10'])}",
-        f"- hybrid session recall_all@5 = {sess:.3f} (target {TARGETS['locomo_session_all5']}):"
-        f" {verdict(sess >= TARGETS['locomo_session_all5'])}",
-        "",
-    ]
-    for note in r.get("notes", []):
-        lines.append(f"- {note}")
-    return [*lines, ""]
+    from bench.locomo import render
+
+    return render(r, TARGETS)
 
 
 def _scaling(r: dict[str, Any], out: Path) -> list[str]:

@@ -54,6 +54,7 @@ class Fact:
     stated_by: str = "user"
     entities: list[str] = field(default_factory=list)
     expires_at: float | None = None
+    observed_at: float | None = None  # when it was said: the exchange's time
     action: str | None = None  # None: the model did not say; the judge decides
     memory_ids: list[str] = field(default_factory=list)  # short ids the model was shown
 
@@ -69,6 +70,7 @@ class Fact:
             provenance=provenance,
             entities=list(self.entities),
             expires_at=self.expires_at,
+            observed_at=self.observed_at,
         )
 
 

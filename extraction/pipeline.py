@@ -87,6 +87,7 @@ async def learn(
     commands = parse_commands(exchange.user)
     for content, kind in commands.remember:
         fact = Fact(content, kind, confidence=COMMAND_CONFIDENCE, stated_by="user")
+        fact.observed_at = exchange.at
         prov = {**provenance, "stated_by": "user", "via": "command"}
         outcomes.append(await reconciler.apply(tenant, space, fact, prov, context, spaces=spaces))
     for words in commands.forget:
@@ -121,6 +122,7 @@ async def learn(
             outcomes.append(Outcome("skipped", reason="the user asked to forget it"))
             continue
         prov = {**provenance, "stated_by": fact.stated_by}
+        fact.observed_at = fact.observed_at if fact.observed_at is not None else exchange.at
         outcomes.append(
             await reconciler.apply(tenant, space, fact, prov, context, spaces=spaces, shown=shown)
         )

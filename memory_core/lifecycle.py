@@ -68,6 +68,7 @@ def build_memory(
         expires_at=new.expires_at,
         content_hash=content_hash(tenant, space, new.content) if kept else None,
         entities=new.entities if kept else [],
+        observed_at=new.observed_at,
     )
 
 

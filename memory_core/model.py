@@ -99,6 +99,7 @@ class NewMemory:
     provenance: dict[str, Any] | None = None
     expires_at: float | None = None
     entities: list[str] = field(default_factory=list)
+    observed_at: float | None = None  # when the thing was said (unix time), if known
 
     def validated(self) -> NewMemory:
         if not isinstance(self.content, str) or not normalise_content(self.content):
@@ -111,6 +112,13 @@ class NewMemory:
             raise InvalidInput(f"source must be one of {', '.join(SOURCES)} (got {self.source!r})")
         if self.expires_at is not None and not math.isfinite(self.expires_at):
             raise InvalidInput(f"expires_at must be a finite time (got {self.expires_at!r})")
+        if self.observed_at is not None and (
+            isinstance(self.observed_at, bool)
+            or not isinstance(self.observed_at, int | float)
+            or not math.isfinite(self.observed_at)
+            or self.observed_at < 0
+        ):
+            raise InvalidInput(f"observed_at must be a finite time >= 0 (got {self.observed_at!r})")
         if not isinstance(self.confidence, int | float) or not 0 <= self.confidence <= 1:
             raise InvalidInput(f"confidence must be between 0 and 1 (got {self.confidence!r})")
         return NewMemory(
@@ -124,6 +132,7 @@ class NewMemory:
             provenance=self.provenance,
             expires_at=self.expires_at,
             entities=sorted({e.strip() for e in self.entities if e and e.strip()}),
+            observed_at=float(self.observed_at) if self.observed_at is not None else None,
         )
 
 
@@ -150,6 +159,7 @@ class Memory:
     expires_at: float | None
     content_hash: str | None
     entities: list[str]
+    observed_at: float | None = None  # when the thing was said; None: unknown
 
     @property
     def severity(self) -> Severity:

@@ -1,9 +1,10 @@
 """Hybrid recall: vector KNN and BM25 candidates, fused, then weighed.
 
-Each side's scores are divided by the best score on that side among the candidates
-(so both run from 0 to 1 whatever the engine's scale), then mixed with fixed weights;
-the fused score is adjusted by confidence, recency and severity. Every result carries
-the numbers that made its score.
+Each side's scores are min-max normalised over that side's candidates (so both run
+from 0 to 1 whatever the engine's scale), then mixed with weights chosen per query from
+how confident each side is (how far its best candidate stands above the rest); the
+fused score is adjusted by confidence, recency and severity. Every result carries the
+numbers that made its score.
 """
 
 from __future__ import annotations
@@ -23,12 +24,15 @@ from memory_core.model import Memory
 from memory_core.rows import MEMORY_COLUMNS, memory_from_row
 from memory_core.sqlite.db import Connection
 
-# Score fusion weights. On LoCoMo (bench/locomo.py, 3 conversations, 383 questions)
-# MiniLM alone finds the evidence turn in the top 10 for 57% of questions and BM25
-# for 70%; rank fusion (RRF, vector side at 0.3) gave 72.1% turn / 80.7% session,
-# this max-normalised mix at 0.3 / 0.7 gave 74.2% / 82.5%.
-VECTOR_WEIGHT = 0.3
-TEXT_WEIGHT = 0.7
+# Score fusion, chosen on LoCoMo's tuning half only (bench/locomo.py, conversations
+# 0-4) and kept because it also won on the held-out half (5-9): min-max normalisation
+# with per-query weights. A side's confidence is (best - the CONFIDENCE_DEPTH-th best)
+# / best among its candidates (missing candidates count as 0); the weights are
+# TEXT_WEIGHT * text confidence and (1 - TEXT_WEIGHT) * vector confidence, rescaled to
+# sum to 1. Held-out turn any@10 / session all@5: 0.691 / 0.790 with the former fixed
+# 0.7 / 0.3 max-normalised mix, 0.714 / 0.798 with this (docs/benchmarks.md).
+TEXT_WEIGHT = 0.5
+CONFIDENCE_DEPTH = 20
 MAX_QUERY_CHARS = 4_000
 MAX_QUERY_TERMS = 32
 POSTINGS_BUDGET = 2_000
@@ -250,19 +254,22 @@ def fuse(
     for rank, (rowid, bm25) in enumerate(text_hits, start=1):
         parts.setdefault(rowid, {})
         parts[rowid].update({"text_rank": rank, text_key: round(-bm25, 4)})
-    best_text = max((-bm25 for _, bm25 in text_hits), default=0.0)
-    best_vector = max((similarity for _, similarity in vector_hits), default=0.0)
+    text_norm = _min_max([-bm25 for _, bm25 in text_hits])
+    vector_norm = _min_max([similarity for _, similarity in vector_hits])
+    text_weight, vector_weight = side_weights(
+        [-bm25 for _, bm25 in text_hits], [similarity for _, similarity in vector_hits]
+    )
     results = []
     for rowid, info in parts.items():
         memory = memories[rowid]
         if "text_rank" not in info and info.get("vector_similarity", 1.0) < q.min_similarity:
             continue
         fused = 0.0
-        if "text_rank" in info and best_text > 0:
-            fused += TEXT_WEIGHT * info[text_key] / best_text
-        if "vector_rank" in info and best_vector > 0:
-            fused += VECTOR_WEIGHT * max(info["vector_similarity"], 0.0) / best_vector
-        age_days = max(0.0, now - memory.updated_at) / 86400
+        if "text_rank" in info:
+            fused += text_weight * text_norm(-text_hits[info["text_rank"] - 1][1])
+        if "vector_rank" in info:
+            fused += vector_weight * vector_norm(vector_hits[info["vector_rank"] - 1][1])
+        age_days = max(0.0, now - said_at(memory)) / 86400
         recency = 0.85 + 0.15 * math.pow(0.5, age_days / RECENCY_HALF_LIFE_DAYS)
         confidence = 0.8 + 0.2 * memory.confidence
         severity = SEVERITY_BOOST[memory.severity]
@@ -271,6 +278,8 @@ def fuse(
             score *= ENTITY_BOOST
             info["entity_factor"] = ENTITY_BOOST
         info.update(
+            text_weight=round(text_weight, 4),
+            vector_weight=round(vector_weight, 4),
             fused=round(fused, 6),
             confidence_factor=round(confidence, 4),
             recency_factor=round(recency, 4),
@@ -278,5 +287,58 @@ def fuse(
             score=round(score, 6),
         )
         results.append(Recalled(memory, score, info))
+    newest_version_first(results)
     results.sort(key=lambda r: r.score, reverse=True)
     return results[: q.top_k]
+
+
+def confidence(scores: list[float]) -> float:
+    """How far the best score stands above the CONFIDENCE_DEPTH-th (0 when absent)."""
+    ranked = sorted(scores, reverse=True)
+    if not ranked or ranked[0] <= 0:
+        return 0.0
+    reference = ranked[CONFIDENCE_DEPTH] if len(ranked) > CONFIDENCE_DEPTH else 0.0
+    return max(0.0, ranked[0] - reference) / ranked[0]
+
+
+def side_weights(text_scores: list[float], vector_scores: list[float]) -> tuple[float, float]:
+    """This query's weights of the text and vector sides (higher score = better)."""
+    text = TEXT_WEIGHT * confidence(text_scores)
+    vector = (1 - TEXT_WEIGHT) * confidence(vector_scores)
+    if text + vector <= 0:
+        return TEXT_WEIGHT, 1 - TEXT_WEIGHT
+    return text / (text + vector), vector / (text + vector)
+
+
+def _min_max(scores: list[float]) -> Any:
+    """x -> (x - min) / (max - min) over `scores`; 1 when they are all equal."""
+    if not scores:
+        return lambda x: 0.0
+    low, high = min(scores), max(scores)
+    if high <= low:
+        return lambda x: 1.0
+    return lambda x: (x - low) / (high - low)
+
+
+def said_at(memory: Memory) -> float:
+    """When the thing was said: `observed_at` if known, else when it was last written."""
+    return memory.observed_at if memory.observed_at is not None else memory.updated_at
+
+
+def newest_version_first(results: list[Recalled]) -> None:
+    """Memories of one slot (same subject and attribute) that are all active are versions
+    of one fact (imported, or added without reconciliation): the newest said takes the
+    best score of the group, so the latest version ranks first whatever its wording."""
+    groups: dict[tuple[str, str], list[Recalled]] = {}
+    for result in results:
+        memory = result.memory
+        if memory.subject and memory.attribute:
+            groups.setdefault((memory.subject, memory.attribute), []).append(result)
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+        scores = sorted((r.score for r in group), reverse=True)
+        by_time = sorted(group, key=lambda r: said_at(r.memory), reverse=True)
+        for position, (result, score) in enumerate(zip(by_time, scores, strict=True), start=1):
+            result.score = score
+            result.breakdown.update(version_rank=position, score=round(score, 6))

@@ -14,7 +14,7 @@ from memory_core.sqlite.db import Connection
 MEMORY_COLUMNS = (
     "id, tenant, space, kind, content, subject, attribute, value, confidence, source, "
     "provenance, status, superseded_by, status_reason, created_at, updated_at, expires_at, "
-    "content_hash, entities"
+    "content_hash, entities, observed_at"
 )
 EVENT_COLUMNS = "seq, event_id, memory_id, tenant, space, action, actor, reason, at, detail"
 MEMORY_FIELDS = [name.strip() for name in MEMORY_COLUMNS.split(",")]

@@ -113,6 +113,7 @@ def imported_fields(record: dict[str, Any]) -> tuple[str, NewMemory, dict[str, A
         source=record.get("source", "import"),
         expires_at=record.get("expires_at"),
         entities=list(record.get("entities") or []),
+        observed_at=record.get("observed_at"),
     ).validated()
     space = validate_id(record.get("space", "default"), "space")
     options = {

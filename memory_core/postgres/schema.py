@@ -98,7 +98,12 @@ def _v2(dim: int) -> list[str]:
     ]
 
 
-MIGRATIONS = [_v1, _v2]
+def _v3(dim: int) -> list[str]:
+    """Recall quality (issue 17): when the thing was said, set by callers and extraction."""
+    return ["ALTER TABLE memories ADD COLUMN observed_at double precision"]
+
+
+MIGRATIONS = [_v1, _v2, _v3]
 
 
 async def migrate(conn: AsyncConnection, embedder_name: str, dim: int) -> int:

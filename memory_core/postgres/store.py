@@ -33,7 +33,13 @@ from memory_core.recall import (
     RecallQuery,
     fuse,
 )
-from memory_core.rows import EVENT_COLUMNS, MEMORY_COLUMNS, event_from_row, memory_from_row
+from memory_core.rows import (
+    EVENT_COLUMNS,
+    MEMORY_COLUMNS,
+    MEMORY_FIELDS,
+    event_from_row,
+    memory_from_row,
+)
 from memory_core.store import ImportResult, ListQuery, Page
 from memory_core.store_base import EmbeddingStore, import_texts, recall_input
 
@@ -235,12 +241,14 @@ class PostgresStore(EmbeddingStore):
         common = await self._common_lexemes() if terms else []
         sql, params = _recall_sql(query, vector, terms, common, max(query.top_k * 4, 40), now)
         rows = await self.fetch(sql, params)
-        memories = {row[0]: memory_from_row(row[1:20]) for row in rows}
+        end = 1 + len(MEMORY_FIELDS)  # rowid, the memory's columns, similarity, rank
+        memories = {row[0]: memory_from_row(row[1:end]) for row in rows}
         vector_hits = sorted(
-            ((row[0], row[20]) for row in rows if row[20] is not None), key=lambda h: -h[1]
+            ((row[0], row[end]) for row in rows if row[end] is not None), key=lambda h: -h[1]
         )
         text_hits = sorted(
-            ((row[0], -row[21]) for row in rows if row[21] is not None), key=lambda h: h[1]
+            ((row[0], -row[end + 1]) for row in rows if row[end + 1] is not None),
+            key=lambda h: h[1],
         )
         return fuse(query, vector_hits, text_hits, memories, now, text_key=TEXT_KEY)
 

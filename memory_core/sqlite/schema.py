@@ -100,7 +100,12 @@ def _v3(dim: int) -> list[str]:
     ]
 
 
-MIGRATIONS = [_v1, _v2, _v3]
+def _v4(dim: int) -> list[str]:
+    """Recall quality (issue 17): when the thing was said, set by callers and extraction."""
+    return ["ALTER TABLE memories ADD COLUMN observed_at REAL"]
+
+
+MIGRATIONS = [_v1, _v2, _v3, _v4]
 
 
 def migrate(conn: Connection, embedder_name: str, dim: int) -> int:

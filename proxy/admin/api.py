@@ -210,6 +210,7 @@ class AdminAPI:
             confidence=body.confidence,
             stated_by="admin",
             expires_at=body.expires_at,
+            observed_at=body.observed_at,
         )
         provenance = {
             "request_id": request.state.memrelay_request_id,
@@ -217,7 +218,8 @@ class AdminAPI:
             "via": "admin",
         }
         result = await ops.remember(self.store, self.reconciler, scope, fact, provenance)
-        status = 201 if result["action"] in ("added", "superseded") else 200
+        actions = {result["action"], *(part["action"] for part in result.get("parts", []))}
+        status = 201 if actions & {"added", "superseded"} else 200
         return JSONResponse(result, status_code=status)
 
     async def list(self, request: Request) -> Response:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from extraction.facts import Fact
+from extraction.long_content import apply_long
 from extraction.reconcile import Reconciler
 from memory_core.errors import NotFound
 from memory_core.model import Event, Memory
@@ -27,15 +28,25 @@ async def remember(
     provenance: dict[str, Any],
 ) -> dict[str, Any]:
     """Reconcile `fact` into the scope's write space, like an extracted fact (it may
-    reinforce or supersede); the admin API's answer body."""
-    outcome = await reconciler.apply(scope.tenant, scope.write_space, fact, provenance)
-    memory = await store.get(scope.tenant, outcome.memory_id) if outcome.memory_id else None
-    return {
+    reinforce or supersede); the admin API's answer body. Content too long for one memory
+    is stored as several parts of one source (`parts` in the answer)."""
+    outcomes = await apply_long(reconciler, scope.tenant, scope.write_space, fact, provenance)
+    memories = [
+        await store.get(scope.tenant, o.memory_id) if o.memory_id else None for o in outcomes
+    ]
+    outcome, memory = outcomes[0], memories[0]
+    answer: dict[str, Any] = {
         "action": outcome.action,
         "superseded": outcome.old_ids if outcome.action == "superseded" else [],
         "reason": outcome.reason,
         "memory": memory.as_dict() if memory else None,
     }
+    if len(outcomes) > 1:
+        answer["parts"] = [
+            {"action": o.action, "memory": m.as_dict() if m else None}
+            for o, m in zip(outcomes, memories, strict=True)
+        ]
+    return answer
 
 
 async def recall(store: MemoryStore, scope: MemoryScope, body: RecallBody) -> list[Recalled]:

@@ -27,13 +27,17 @@ class Strict(BaseModel):
 
 
 class RememberBody(Strict):
-    content: str = Field(min_length=1, max_length=8000, pattern=VISIBLE)
+    # Past 8,000 characters the content is stored as several memories (parts of one source).
+    content: str = Field(min_length=1, max_length=200_000, pattern=VISIBLE)
     kind: KindName = "fact"
     subject: str | None = Field(default=None, max_length=128)
     attribute: str | None = Field(default=None, max_length=128)
     value: str | None = Field(default=None, max_length=500)
     confidence: float = Field(default=0.9, ge=0, le=1)
     expires_at: float | None = Field(default=None, ge=0)
+    observed_at: float | None = Field(
+        default=None, ge=0, description="When it was said (unix time); recall favours the latest."
+    )
 
 
 class RecallBody(Strict):
