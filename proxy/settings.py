@@ -153,6 +153,14 @@ class Settings(BaseSettings):
         description="Workers wait while users' chats are in flight (default: only with the"
         " embedded llama.cpp, whose slots they share).",
     )
+    ui_secret: str | None = Field(
+        default=None,
+        description="Signs the inspector's session cookies (/memrelay/ui); default: a random"
+        " secret per process (sessions end on restart). Set the same one on every replica.",
+    )
+    ui_session_hours: float = Field(
+        default=8.0, gt=0, le=24 * 30, description="How long an inspector sign-in lasts."
+    )
 
     @field_validator("ignore_patterns")
     @classmethod

@@ -28,6 +28,7 @@ from memory_core.jobs import JobQueue
 from memory_core.model import KINDS, STATUSES
 from memory_core.recall import RecallQuery
 from memory_core.store import ListQuery, MemoryStore
+from proxy.admin.actions import forget_matches, forget_reason, history_of, memory_of, tenant_stats
 from proxy.admin.models import ForgetBody, RecallBody, RememberBody
 from proxy.edge.identity import identity_of
 from proxy.memory.scoping import MemoryScope
@@ -254,17 +255,12 @@ class AdminAPI:
 
     async def get(self, request: Request) -> Response:
         scope = self._scope(request)
-        memory = await self.store.get(scope.tenant, request.path_params["memory_id"])
-        if memory is None:
-            raise NotFound(
-                f"no memory {request.path_params['memory_id']!r} in tenant {scope.tenant!r}"
-            )
+        memory = await memory_of(self.store, scope.tenant, request.path_params["memory_id"])
         return JSONResponse(memory.as_dict())
 
     async def forget(self, request: Request) -> Response:
         scope = self._scope(request)
-        # Fixed words and ids only: a reason never carries what the user wanted gone.
-        reason = f"forgotten through the admin API (request {_request_id(request)})"
+        reason = forget_reason("admin API", _request_id(request))
         memory = await self.store.forget(
             scope.tenant, request.path_params["memory_id"], reason, actor="admin"
         )
@@ -272,10 +268,7 @@ class AdminAPI:
 
     async def history(self, request: Request) -> Response:
         scope = self._scope(request)
-        memory_id = request.path_params["memory_id"]
-        if await self.store.get(scope.tenant, memory_id) is None:
-            raise NotFound(f"no memory {memory_id!r} in tenant {scope.tenant!r}")
-        events = await self.store.history(scope.tenant, memory_id)
+        events = await history_of(self.store, scope.tenant, request.path_params["memory_id"])
         return JSONResponse({"data": [e.as_dict() for e in events]})
 
     async def recall(self, request: Request) -> Response:
@@ -296,20 +289,17 @@ class AdminAPI:
     async def forget_by_query(self, request: Request) -> Response:
         scope = self._scope(request)
         body: ForgetBody = await self._body(request, ForgetBody)
-        results = await self.store.recall(
-            RecallQuery(
-                scope.tenant,
-                list(scope.read_spaces),
-                body.query,
-                top_k=body.top_k,
-                min_similarity=body.min_similarity,
-                use_text=False,
-            )
+        matches = await forget_matches(
+            self.store,
+            scope.tenant,
+            list(scope.read_spaces),
+            body.query,
+            body.top_k,
+            body.min_similarity,
         )
-        matches = [r.memory for r in results]
         if not body.dry_run:
             # Fixed words and ids only: the query says what was secret, so it is not kept.
-            reason = f"forgotten by query through the admin API (request {_request_id(request)})"
+            reason = forget_reason("admin API", _request_id(request), by_query=True)
             for memory in matches:
                 await self.store.forget(scope.tenant, memory.id, reason, actor="admin")
         return JSONResponse(
@@ -330,9 +320,7 @@ class AdminAPI:
 
     async def stats(self, request: Request) -> Response:
         scope = self._scope(request)
-        stats = await self.store.stats(scope.tenant)
-        stats["jobs"] = await self.jobs.job_counts(scope.tenant)
-        return JSONResponse(stats)
+        return JSONResponse(await tenant_stats(self.store, self.jobs, scope.tenant))
 
     # -- transfer --------------------------------------------------------------------
 
