@@ -23,7 +23,11 @@ from proxy.admin.ui.web import HTMX, SECURITY_HEADERS, STATIC, Forbidden, Signin
 from proxy.relay.hooks import ChatInterceptor
 from proxy.settings import Settings
 
-STATIC_FILES = {"ui.css": ("text/css", STATIC / "ui.css"), "htmx.min.js": (None, HTMX)}
+STATIC_FILES = {
+    "ui.css": ("text/css", STATIC / "ui.css"),
+    "htmx.min.js": (None, HTMX),
+    "htmx.LICENSE": ("text/plain", HTMX.with_name("htmx.LICENSE")),
+}
 
 
 class Inspector:
