@@ -121,6 +121,12 @@ def test_forged_replayed_and_revoked_sessions_end(world: World, tmp_path: Any) -
     browser.post("/signout", {"csrf": browser.csrf()})
     browser.cookies["memrelay_ui"] = good
     assert browser.get("/memories").status_code == 303
+    # Nor can the signed-out cookie be revived under a new session id: it is signed.
+    payload = json.loads(base64.urlsafe_b64decode(body + "=="))
+    payload["s"] = "a-fresh-session-id"
+    revived = base64.urlsafe_b64encode(json.dumps(payload).encode()).rstrip(b"=").decode()
+    browser.cookies["memrelay_ui"] = f"{revived}.{mac}"
+    assert browser.get("/memories").status_code == 303
     # Revoking the key ends its sessions at once.
     other = Browser(world)
     other.sign_in(world.keys["alice"])

@@ -77,13 +77,29 @@ def build_world(memory_proxy: Any, tmp_path: Path, **overrides: Any) -> World:
     for i, text in enumerate(HOSTILE):
         world.ids[f"hostile{i}"] = add("alice", "default", text, kind="note").id
     world.ids["bob"] = add("bob", "default", "Bob's secret: the vault code is 4711").id
+
     # A memory that was corrected once, so the timeline has a chain to show.
-    old = add("alice", "default", "The user's dog is called Rex", subject="dog", attribute="name")
+    def came_from(request: str) -> dict[str, Any]:
+        return {"job_id": f"job_{request}", "request_id": request, "model": "m", "time": 1.0}
+
+    old = add(
+        "alice",
+        "default",
+        "The user's dog is called Rex",
+        subject="dog",
+        attribute="name",
+        provenance=came_from("req_rex"),
+    )
     _, new = seed.run(
         seed.store.supersede(
             "alice",
             old.id,
-            NewMemory("The user's dog is called Max", subject="dog", attribute="name"),
+            NewMemory(
+                "The user's dog is called Max",
+                subject="dog",
+                attribute="name",
+                provenance=came_from("req_max"),
+            ),
             "the user corrected the name",
             actor="extraction",
         )

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from memory_core.model import KINDS, STATUSES, Memory, NewMemory
+from memory_core.model import KINDS, STATUSES, Event, Memory, NewMemory
 from memory_core.recall import RecallQuery
 from memory_core.store import ListQuery
 from proxy.admin.actions import forget_matches, forget_reason, history_of, memory_of
@@ -122,6 +122,26 @@ async def _chain(ui: Inspector, tenant: str, memory: Memory) -> tuple[list[Memor
     return before, after
 
 
+def _exchanges(memory: Memory, events: list[Event]) -> list[tuple[Event, dict[str, Any] | None]]:
+    """Each event beside the exchange it came from: the provenance trail holds the one
+    that created the memory, then one entry per reinforcement, in order (the newest 50)."""
+    trail = [p for p in memory.provenance if isinstance(p, dict)]
+    reinforced = sum(e.action == "reinforced" for e in events)
+    shift = 1 + reinforced - len(trail)  # entries cut from the start of a long trail
+    rows: list[tuple[Event, dict[str, Any] | None]] = []
+    index = 0
+    for event in events:
+        found = None
+        if event.action in ("added", "reinforced"):
+            index += event.action == "reinforced"
+            if 0 <= index - shift < len(trail):
+                found = trail[index - shift]
+        elif event.action == "supersedes" and trail and shift <= 0:
+            found = trail[-shift] if -shift < len(trail) else None
+        rows.append((event, found))
+    return rows
+
+
 async def timeline(ui: Inspector, request: Request) -> Response:
     identity, _ = signed_in(request)
     tenant = identity.tenant
@@ -133,7 +153,7 @@ async def timeline(ui: Inspector, request: Request) -> Response:
         request,
         "memory.html",
         memory=memory,
-        events=events,
+        rows=_exchanges(memory, events),
         before=before,
         after=after,
     )
