@@ -161,6 +161,12 @@ def test_forget_by_query_preview_then_confirm(page: Any, world: World) -> None:
     listed = page.locator("#would-forget input[name=id]").evaluate_all("l => l.map(x => x.value)")
     assert world.ids["tea"] in listed
     assert memory(world, "alice", world.ids["tea"])["status"] == "active"
+    # Only what stays ticked is forgotten.
+    page.uncheck(f"#would-forget input[value='{world.ids['tea']}']")
+    page.click("#confirm-forget")
+    page.wait_for_url(re.compile(r".*/memories\?status=forgotten$"))
+    assert memory(world, "alice", world.ids["tea"])["status"] == "active"
+    page.goto(world.ui + "/forget?q=green+tea+in+the+morning")
     page.click("#confirm-forget")
     page.wait_for_url(re.compile(r".*/memories\?status=forgotten$"))
     assert memory(world, "alice", world.ids["tea"])["status"] == "forgotten"

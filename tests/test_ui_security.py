@@ -6,6 +6,7 @@ the same pages in Chromium.)"""
 from __future__ import annotations
 
 import base64
+import html
 import json
 import re
 import time
@@ -276,3 +277,38 @@ def test_open_mode_signs_in_with_a_tenant_alone(memory_proxy: Any) -> None:
     token = re.search(r'name="csrf" value="([^"]+)"', page).group(1)
     assert browser.post("/signin", {"csrf": token, "tenant": "team"}).status_code == 303
     assert "The team meets on Mondays" in browser.get("/memories").text
+
+
+def test_injection_preview_is_what_the_upstream_receives(
+    world: World, alice: Browser, fake: Any
+) -> None:
+    message = "What should I drink, and how should I write?"
+    preview = alice.get("/inject", params={"message": message, "spaces": "default,work"})
+    shown = re.search(r'<pre id="system-message">(.*?)</pre>', preview.text, re.DOTALL)
+    assert shown is not None
+    fake.reset()
+    chat = httpx.post(
+        world.server.url + "/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": message}]},
+        headers={
+            "X-Memrelay-Key": world.keys["alice"],
+            "X-Memrelay-Tenant": "alice",
+            "X-Memrelay-Read-Spaces": "default,work",
+            "X-Memrelay-Memory": "read",
+        },
+        timeout=60,
+    )
+    assert chat.status_code == 200 and chat.headers["x-memrelay-recall-status"] == "ok"
+    sent = fake.chat_requests()[-1].json()["messages"][0]
+    assert sent["role"] == "system"
+    assert html.unescape(shown.group(1)) == sent["content"]
+    # The stats page counts that recall for alice (the preview's own recall is not counted).
+    stats = alice.get("/stats").text
+    assert re.search(r'id="ok-rate">100\.0%<', stats) and "1 recalls since" in stats
+    assert "0 recalls since" in jobs_stats(world, "bob")
+
+
+def jobs_stats(world: World, tenant: str) -> str:
+    browser = Browser(world)
+    browser.sign_in(world.keys[tenant])
+    return browser.get("/stats").text
