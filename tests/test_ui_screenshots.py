@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.ui_world import World, browser_or_skip, build_world
@@ -32,7 +33,15 @@ def browser(world: World) -> Iterator[Any]:
     manager.stop()
 
 
-def test_screenshots_of_every_page(browser: Any, world: World, tmp_path: Path) -> None:
+def test_screenshots_of_every_page(browser: Any, world: World, tmp_path: Path, fake: Any) -> None:
+    for text in ("What do I drink?", "Where do I live?"):  # recalls for the stats page
+        response = httpx.post(
+            world.server.url + "/v1/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": text}]},
+            headers={"X-Memrelay-Key": world.keys["alice"], "X-Memrelay-Tenant": "alice"},
+            timeout=60,
+        )
+        assert response.status_code == 200
     out = Path(os.environ.get("MEMRELAY_SCREENSHOTS") or tmp_path)
     out.mkdir(parents=True, exist_ok=True)
     context = browser.new_context(viewport={"width": 1280, "height": 800})
