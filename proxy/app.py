@@ -18,7 +18,7 @@ from starlette.routing import BaseRoute, Match, Route
 from starlette.types import Scope
 
 from proxy.background import TaskSet
-from proxy.edge.auth import AuthMiddleware
+from proxy.edge.auth import AuthMiddleware, BrowserSessions
 from proxy.edge.keys import KeyStore
 from proxy.metrics import Metrics
 from proxy.relay.apis import CHAT_COMPLETIONS, RESPONSES
@@ -99,6 +99,7 @@ def create_app(
     metrics: Metrics | None = None,
     keys: KeyStore | None = None,
     readiness: Callable[[], Awaitable[tuple[bool, dict[str, Any]]]] | None = None,
+    browser: BrowserSessions | None = None,
 ) -> TimingMiddleware:
     """Build the ASGI app; `interceptors` plug memory into chat completions, `resources`
     are started in order before the first request and closed in reverse after the last."""
@@ -165,5 +166,5 @@ def create_app(
     app.state.settings = settings
     app.state.upstream = upstream
     app.state.tasks = tasks
-    guarded = AuthMiddleware(app, key_store, settings)
+    guarded = AuthMiddleware(app, key_store, settings, browser)
     return TimingMiddleware(guarded, metrics)

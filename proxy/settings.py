@@ -167,6 +167,15 @@ class Settings(BaseSettings):
         " added the system message, is retried once with the memory in the user turn, and"
         " that model gets it there from then on.",
     )
+    # issue 19: the browser inspector
+    ui_secret: str | None = Field(
+        default=None,
+        description="Signs the inspector's session cookies (/memrelay/ui); default: a random"
+        " secret per process (sessions end on restart). Set the same one on every replica.",
+    )
+    ui_session_hours: float = Field(
+        default=8.0, gt=0, le=24 * 30, description="How long an inspector sign-in lasts."
+    )
 
     @field_validator("ignore_patterns")
     @classmethod

@@ -18,6 +18,9 @@ from memory_core.store import MemoryStore
 from proxy.admin.api import AdminAPI
 from proxy.admin.mcp_http import MCPEndpoint
 from proxy.admin.openapi import openapi_document
+from proxy.admin.ui.inspector import Inspector
+from proxy.admin.ui.session import BrowserSessions
+from proxy.admin.ui.tally import RecallTally
 from proxy.app import Resource, create_app
 from proxy.edge.keys import KeyStore
 from proxy.local_llm import LocalLlamaServer
@@ -95,8 +98,10 @@ def build_app(settings: Settings, store: MemoryStore | None = None) -> ASGIApp:
         yield_to=activity,
     )
     metrics.snapshot.jobs = lambda: workers.counts
+    tally = RecallTally()  # recall outcomes per tenant, for the inspector's stats page
     interceptors = [
         RecallInterceptor(store, settings, metrics),
+        tally,
         ExtractionInterceptor(jobs, workers, settings, metrics, activity),
     ]
     # What an operator adds through the admin API is recorded as theirs, not extraction's.
@@ -112,11 +117,19 @@ def build_app(settings: Settings, store: MemoryStore | None = None) -> ASGIApp:
         metrics.snapshot.memories = await store.status_counts()
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
+    keys = KeyStore(settings.keys_file, must_exist=True)
+    sessions = BrowserSessions(
+        settings.ui_secret, keys, settings.default_tenant, settings.ui_session_hours
+    )
+    # The injection preview runs a recall interceptor of its own (no metrics counted).
+    preview = RecallInterceptor(store, settings)
+    inspector = Inspector(store, jobs, sessions, preview, settings, tally)
     routes = [
         Route("/memrelay/openapi.json", openapi, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         *admin.routes(),
         mcp.route(),
+        *inspector.routes(),
     ]
     # Closed in reverse: MCP calls end, workers finish (or give back) their jobs, then the
     # client, then the store.
@@ -129,8 +142,9 @@ def build_app(settings: Settings, store: MemoryStore | None = None) -> ASGIApp:
         resources=resources,
         routes=routes,
         metrics=metrics,
-        keys=KeyStore(settings.keys_file, must_exist=True),
+        keys=keys,
         readiness=learning_readiness(workers),
+        browser=sessions,
     )
 
 

@@ -245,17 +245,14 @@ class AdminAPI:
 
     async def get(self, request: Request) -> Response:
         scope = self._scope(request)
-        memory = await self.store.get(scope.tenant, request.path_params["memory_id"])
-        if memory is None:
-            raise NotFound(
-                f"no memory {request.path_params['memory_id']!r} in tenant {scope.tenant!r}"
-            )
+        memory = await ops.require_memory(
+            self.store, scope.tenant, request.path_params["memory_id"]
+        )
         return JSONResponse(memory.as_dict())
 
     async def forget(self, request: Request) -> Response:
         scope = self._scope(request)
-        # Fixed words and ids only: a reason never carries what the user wanted gone.
-        reason = f"forgotten through the admin API (request {_request_id(request)})"
+        reason = ops.forget_reason("admin API", _request_id(request))
         memory = await self.store.forget(
             scope.tenant, request.path_params["memory_id"], reason, actor="admin"
         )
@@ -288,9 +285,7 @@ class AdminAPI:
 
     async def stats(self, request: Request) -> Response:
         scope = self._scope(request)
-        stats = await self.store.stats(scope.tenant)
-        stats["jobs"] = await self.jobs.job_counts(scope.tenant)
-        return JSONResponse(stats)
+        return JSONResponse(await ops.tenant_stats(self.store, self.jobs, scope.tenant))
 
     # -- transfer --------------------------------------------------------------------
 

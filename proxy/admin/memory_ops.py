@@ -1,8 +1,9 @@
-"""The memory operations the admin API and the MCP server share, scoped by the edge's decision.
+"""The memory operations the admin API, the MCP server and the inspector share.
 
 Each takes the `MemoryScope` the edge decided (or, for `memrelay mcp` over stdio, the one
-its command line fixed) and never a tenant or space chosen by the caller: the admin API
-and the MCP tools differ only in how they read their input and shape their errors.
+its command line fixed) and never a tenant or space chosen by the caller: the surfaces
+differ only in how they read their input and shape their errors, so a memory, its
+history or a job of another tenant is out of reach the same way whichever one asks.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from extraction.facts import Fact
 from extraction.long_content import apply_long
 from extraction.reconcile import Reconciler
 from memory_core.errors import NotFound
+from memory_core.jobs import JobQueue
 from memory_core.model import Event, Memory
 from memory_core.recall import Recalled, RecallQuery
 from memory_core.store import MemoryStore
@@ -63,22 +65,37 @@ async def recall(store: MemoryStore, scope: MemoryScope, body: RecallBody) -> li
     )
 
 
+async def forget_matches(
+    store: MemoryStore,
+    tenant: str,
+    spaces: list[str],
+    query: str,
+    top_k: int,
+    min_similarity: float,
+) -> list[Memory]:
+    """What a forget-by-query takes: the nearest active memories by meaning alone (a
+    shared word is not enough to erase something)."""
+    results = await store.recall(
+        RecallQuery(
+            tenant, spaces, query, top_k=top_k, min_similarity=min_similarity, use_text=False
+        )
+    )
+    return [r.memory for r in results]
+
+
 async def forget_matching(
     store: MemoryStore, scope: MemoryScope, body: ForgetBody, reason: str, actor: str
 ) -> dict[str, Any]:
     """Forget (or, on a dry run, only name) the memories of the read spaces close to
-    `body.query`, by meaning only (a shared word is not enough to erase something)."""
-    results = await store.recall(
-        RecallQuery(
-            scope.tenant,
-            list(scope.read_spaces),
-            body.query,
-            top_k=body.top_k,
-            min_similarity=body.min_similarity,
-            use_text=False,
-        )
+    `body.query`."""
+    matches = await forget_matches(
+        store,
+        scope.tenant,
+        list(scope.read_spaces),
+        body.query,
+        body.top_k,
+        body.min_similarity,
     )
-    matches = [r.memory for r in results]
     if not body.dry_run:
         for memory in matches:
             await store.forget(scope.tenant, memory.id, reason, actor=actor)
@@ -88,6 +105,19 @@ async def forget_matching(
             {"id": m.id, "content": m.content, "space": m.space} for m in matches
         ],
     }
+
+
+def forget_reason(surface: str, request_id: str, by_query: bool = False) -> str:
+    """Fixed words and ids only: a reason never carries what the user wanted gone."""
+    how = "forgotten by query" if by_query else "forgotten"
+    return f"{how} through the {surface} (request {request_id})"
+
+
+async def tenant_stats(store: MemoryStore, jobs: JobQueue, tenant: str) -> dict[str, Any]:
+    """Counts by space, status and kind, and the tenant's learning jobs by status."""
+    stats = await store.stats(tenant)
+    stats["jobs"] = await jobs.job_counts(tenant)
+    return stats
 
 
 async def require_memory(

@@ -16,6 +16,7 @@ holds its own upstream key (which then replaces it) or on memrelay's own routes.
 from __future__ import annotations
 
 import logging
+from typing import Any, Protocol
 
 from proxy.edge.identity import (
     LOG_FIELDS,
@@ -46,6 +47,17 @@ IMPORT = "/memrelay/v1/import"
 BODY_LIMIT = "memrelay_body_limit"
 
 
+class BrowserSessions(Protocol):
+    """The inspector's cookie sessions (proxy/admin/ui/session.py): on its paths the
+    session cookie, not a header, is the credential, and it is read here, once."""
+
+    def serves(self, path: str) -> bool: ...
+
+    def identify(
+        self, headers: list[tuple[bytes, bytes]], state: dict[str, Any]
+    ) -> Identity | None: ...
+
+
 def body_limit(settings: Settings, method: str, path: str) -> int | None:
     """Largest body memrelay accepts on this route; None for pass-through (streamed)."""
     if path in MEMORY_ROUTES and method == "POST":
@@ -58,10 +70,17 @@ def body_limit(settings: Settings, method: str, path: str) -> int | None:
 
 
 class AuthMiddleware:
-    def __init__(self, app: ASGIApp, keys: KeyStore, settings: Settings) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        keys: KeyStore,
+        settings: Settings,
+        browser: BrowserSessions | None = None,
+    ) -> None:
         self.app = app
         self.keys = keys
         self.settings = settings
+        self.browser = browser
         self.extras = parse_extras(settings.passthrough_extra_paths)
         self.upstream_auth = (
             b"Bearer " + settings.upstream_api_key.encode() if settings.upstream_api_key else None
@@ -96,7 +115,9 @@ class AuthMiddleware:
         local = path.startswith(MEMRELAY) or path in OWN  # answered here, never forwarded
         own = local or (path in MEMORY_ROUTES and method == "POST")
         record = None
-        if self.keys.enforced and path not in PUBLIC:
+        # Inspector pages: the session cookie is the credential; signed out, no identity.
+        browser = self.browser if self.browser and self.browser.serves(path) else None
+        if self.keys.enforced and path not in PUBLIC and browser is None:
             presented = parsed.key
             # A Bearer key is memrelay's only where Authorization never reaches the upstream.
             if presented is None and (self.upstream_auth is not None or local):
@@ -154,19 +175,24 @@ class AuthMiddleware:
             headers = [(k, v) for k, v in headers if k.lower() != b"authorization"]
             headers.append((b"authorization", self.upstream_auth))
         state = scope.setdefault("state", {})
-        identity = Identity(
+        identity: Identity | None = Identity(
             key_id=record.id if record else None,
             admin=record.admin if record else False,
             memory=parsed.memory,
             tenant_given=parsed.tenant_given,
         )
-        state[STATE_KEY] = identity
+        if browser is not None:
+            identity = browser.identify(parsed.kept, state)
+        if identity is not None:
+            state[STATE_KEY] = identity
         state[BODY_LIMIT] = limit
         scope["headers"] = headers
         if path != scope["path"] or scope.get("raw_path") != path.encode("utf-8", "replace"):
             scope["path"] = path
             scope["raw_path"] = raw_form(path)
-        token = LOG_FIELDS.set((identity.key_id or "-", identity.tenant))
+        token = LOG_FIELDS.set(
+            (identity.key_id or "-", identity.tenant) if identity else ("-", "-")
+        )
         try:
             await self.app(scope, receive, send)
         finally:

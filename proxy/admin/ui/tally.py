@@ -1,0 +1,47 @@
+"""Recall outcomes per tenant, for the inspector's stats page.
+
+A chat interceptor placed after the recall interceptor: it reads the recall status that
+interceptor put on the response and counts it under the request's tenant (in this
+process, since it started). The ok-rate is the share of recalls that finished in time
+and without error (`ok` or `empty`), as the benchmarks count it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from proxy.memory.scoping import SCOPE_KEY, MemoryScope
+from proxy.relay.exchange import Exchange
+from proxy.relay.hooks import ChatContext
+
+STATUS_HEADER = b"x-memrelay-recall-status"
+MAX_TENANTS = 10_000
+
+
+class RecallTally:
+    def __init__(self) -> None:
+        self.by_tenant: dict[str, Counter[str]] = {}
+
+    async def before(self, ctx: ChatContext) -> None:
+        scope = ctx.state.get(SCOPE_KEY)
+        status = next((v for k, v in ctx.response_headers if k == STATUS_HEADER), None)
+        if not isinstance(scope, MemoryScope) or status is None:
+            return
+        counts = self.by_tenant.get(scope.tenant)
+        if counts is None:
+            if len(self.by_tenant) >= MAX_TENANTS:
+                return
+            counts = self.by_tenant[scope.tenant] = Counter()
+        counts[status.decode("latin-1")] += 1
+
+    def response_started(self, ctx: ChatContext, status: int) -> None:
+        return None
+
+    async def after(self, ctx: ChatContext, exchange: Exchange) -> None:
+        return None
+
+    def of(self, tenant: str) -> dict[str, object]:
+        counts = dict(self.by_tenant.get(tenant, Counter()))
+        ran = sum(n for status, n in counts.items() if status != "off")
+        good = counts.get("ok", 0) + counts.get("empty", 0)
+        return {"counts": counts, "recalls": ran, "ok_rate": good / ran if ran else None}
