@@ -23,6 +23,7 @@ import snowballstemmer
 from memory_core.model import Memory
 from memory_core.rows import MEMORY_COLUMNS, memory_from_row
 from memory_core.sqlite.db import Connection
+from memory_core.sqlite.tenant_bm25 import ScopeCounts, scored_hits
 
 # Score fusion, chosen on LoCoMo's tuning half only (bench/locomo.py, conversations
 # 0-4) and kept because it also won on the held-out half (5-9): min-max normalisation
@@ -121,8 +122,8 @@ class CommonTerms:
 
 def choose_terms(
     conn: Connection, terms: list[str], common: CommonTerms | None = None
-) -> list[str]:
-    """The rarest terms, within a postings budget, so BM25 work stays bounded.
+) -> list[tuple[str, int]]:
+    """The rarest terms, each with its row count in the index, within a postings budget.
 
     BM25 scores every document a term matches; a term found in thousands of memories
     costs milliseconds and, its IDF being low, adds little to the ranking (the vector
@@ -145,12 +146,12 @@ def choose_terms(
         for stem, docs in rows:
             if docs > POSTINGS_BUDGET:
                 common.remember(stem, now)
-    chosen: list[str] = []
+    chosen: list[tuple[str, int]] = []
     total = 0
     for stem, docs in sorted(rows, key=lambda row: row[1]):
         if total + docs > POSTINGS_BUDGET:
             break
-        chosen.append(stems[stem])
+        chosen.append((stems[stem], docs))
         total += docs
     return chosen
 
@@ -187,8 +188,11 @@ def text_search(
     terms: list[str],
     k: int,
     common: CommonTerms | None = None,
+    counts: ScopeCounts | None = None,
 ) -> list[tuple[int, float]]:
-    """BM25 over the tenant's active memories in the read spaces (lower bm25 is better).
+    """BM25 over the tenant's active memories in the read spaces (lower is better), each
+    term weighed by how rare it is among those memories, not in the whole index
+    (memory_core/sqlite/tenant_bm25.py): another tenant's data never changes the ranking.
 
     The budget in `choose_terms` bounds the matches, so every match is scored first and
     the scope is applied by joining the main table (a rowid lookup per match; CROSS JOIN
@@ -197,15 +201,7 @@ def text_search(
     chosen = choose_terms(conn, terms, common)
     if not chosen:
         return []
-    match = " OR ".join(f'"{term}"' for term in chosen)
-    sql = (
-        "WITH hits AS MATERIALIZED (SELECT rowid, bm25(memory_fts) AS s FROM memory_fts"
-        " WHERE memory_fts MATCH ?)"
-        " SELECT hits.rowid, hits.s FROM hits CROSS JOIN memories m ON m.rowid = hits.rowid"
-        f" WHERE m.tenant = ? AND m.status = 'active' AND m.space IN ({_in(q.spaces)})"
-        " ORDER BY hits.s LIMIT ?"
-    )
-    return list(conn.execute(sql, [match, q.tenant, *q.spaces, k]))
+    return scored_hits(conn, q.tenant, q.spaces, chosen, k, counts or ScopeCounts())
 
 
 def load_active(

@@ -41,6 +41,7 @@ from memory_core.rows import (
 )
 from memory_core.sqlite.db import Connection, check_database_path, connect
 from memory_core.sqlite.schema import migrate
+from memory_core.sqlite.tenant_bm25 import ScopeCounts
 from memory_core.sqlite.threads import ConnectionThreads, transaction
 from memory_core.sqlite.vector_cache import VectorCache
 from memory_core.sqlite.vector_snapshot import SnapshotDir
@@ -65,6 +66,7 @@ class SQLiteStore(EmbeddingStore):
         self._writer: ConnectionThreads | None = None
         self._readers: ConnectionThreads | None = None
         self._common = CommonTerms()  # stems too common for BM25, not re-counted each time
+        self._scope_counts = ScopeCounts()  # each tenant's document count, for its own IDF
 
     @classmethod
     async def open(
@@ -299,7 +301,9 @@ class SQLiteStore(EmbeddingStore):
         # the SQL guard, so the two searches need not share a snapshot.
         text_task = (
             asyncio.ensure_future(
-                self.run_read(lambda c: text_search(c, query, terms, pool, self._common))
+                self.run_read(
+                    lambda c: text_search(c, query, terms, pool, self._common, self._scope_counts)
+                )
             )
             if terms
             else None
