@@ -165,6 +165,7 @@ async def load(
     total: list[float] = []
     statuses: Counter[str] = Counter()
     recalled: list[int] = []
+    recall_ms: list[float] = []
     errors = 0
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:
@@ -190,6 +191,7 @@ async def load(
                         if status is not None:
                             statuses[status] += 1
                             recalled.append(int(response.headers.get("x-memrelay-recalled", 0)))
+                            recall_ms.append(float(response.headers.get("x-memrelay-recall-ms", 0)))
                 except httpx.HTTPError:
                     errors += 1
                     continue
@@ -206,6 +208,7 @@ async def load(
         "wall": wall,
         "statuses": statuses,
         "recalled": recalled,
+        "recall_ms": recall_ms,
     }
 
 

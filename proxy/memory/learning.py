@@ -48,7 +48,12 @@ def reply_text(exchange: Exchange) -> str:
     return scrub("\n".join(p for p in parts if p))
 
 
-def exchange_payload(ctx: ChatContext, user: str, read_spaces: tuple[str, ...]) -> dict[str, Any]:
+def exchange_payload(
+    ctx: ChatContext,
+    user: str,
+    read_spaces: tuple[str, ...],
+    messages: list[Any] | None = None,
+) -> dict[str, Any]:
     """The request part of a job, written before the answer exists. The one place that
     decides what an exchange carries for extraction (the answer is added by
     `with_answer`)."""
@@ -58,7 +63,9 @@ def exchange_payload(ctx: ChatContext, user: str, read_spaces: tuple[str, ...]) 
         "model": ctx.body.get("model"),
         "time": time.time(),
         # earlier turns and the read spaces: reconciliation acts on every readable space
-        "context": learning_context(ctx.body.get("messages") or [], read_spaces),
+        "context": learning_context(
+            ctx.body.get("messages") or [] if messages is None else messages, read_spaces
+        ),
     }
 
 
@@ -104,6 +111,9 @@ class ExtractionInterceptor:
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def before(self, ctx: ChatContext) -> None:
+        # The conversation as the client sent it: recall runs beside this hook and may
+        # inject its memory block into the body meanwhile.
+        messages = ctx.body.get("messages") or []
         if self.activity is not None:
             self.activity.begin()
             ctx.state[ACTIVE] = True
@@ -111,7 +121,7 @@ class ExtractionInterceptor:
         if not scope.writes:
             ctx.state[STATUS] = "off"
             return
-        user = last_user_text(ctx.body.get("messages") or [])
+        user = last_user_text(messages)
         if not user.strip():
             self._skip(ctx, "no user text")
             return
@@ -121,10 +131,9 @@ class ExtractionInterceptor:
         if not await self.backlog.admit(scope.tenant):
             ctx.state[STATUS] = "shed"
             return
-        payload = exchange_payload(ctx, user, scope.read_spaces)
+        payload = exchange_payload(ctx, user, scope.read_spaces, messages)
         digest = None  # a dedup window of 0 learns every request
         if self.settings.extraction_dedup_seconds > 0:
-            messages = ctx.body.get("messages") or []
             digest = request_digest(scope.tenant, scope.write_space, messages)
         try:
             job = await self.queue.reserve(
