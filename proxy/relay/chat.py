@@ -70,8 +70,11 @@ class ChatCompletions:
         write overlap instead of adding up before the request goes upstream. Each runs to
         its end (a draft written is then on the context, for `finished` to drop); the
         first error in interceptor order is raised."""
-        if len(self.interceptors) == 1:
-            await self.interceptors[0].before(ctx)
+        scope = ctx.state.get(SCOPE_KEY)
+        if len(self.interceptors) == 1 or not (scope.reads and scope.writes):
+            # at most one of recall and learning has work: no tasks to pay for
+            for interceptor in self.interceptors:
+                await interceptor.before(ctx)
             return
         outcomes = await asyncio.gather(
             *(interceptor.before(ctx) for interceptor in self.interceptors),
