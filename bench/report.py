@@ -99,7 +99,10 @@ def _overhead(r: dict[str, Any], out: Path) -> list[str]:
     lines += [
         "Recall status counts come from each response's X-Memrelay-Recall-Status; a"
         " **memory skipped** row had recalls that passed their budget or failed, so those"
-        " answers went out without memories (memory off rows say `off` by request).",
+        " answers went out without memories (memory off rows say `off` by request); a"
+        " **vector side skipped** row had recalls predicted to miss their budget waiting"
+        " for the query embedding, so they searched full text only (`text_only`, not"
+        " counted as ok).",
         "",
     ]
     lines += _fairness(r.get("fairness"))
@@ -138,6 +141,8 @@ def _ok_rate(v: dict[str, Any]) -> str:
 def _status_mix(v: dict[str, Any]) -> str:
     statuses = v.get("recall_status") or {}
     mix = ", ".join(f"{status} {count}" for status, count in statuses.items())
+    if v.get("text_only"):
+        mix += f" — **vector side skipped** for {v['text_only']} (full-text recall only)"
     if v.get("memory_skipped"):
         mix += f" — **memory skipped** for {v['memory_skipped']}"
     return mix or "n/a"

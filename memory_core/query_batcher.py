@@ -16,7 +16,13 @@ thread (one ONNX session busy at a time, so recall never fights learning for the
   most the chunk in progress. Under sustained recall load, bulk work that has waited
   `bulk_max_wait_s` gets one chunk between query batches, so learning slows but never
   stops (its jobs' leases would otherwise run out while it waits).
-- Recent query vectors are kept in an LRU keyed by model and exact text.
+- Recent query vectors are kept in an LRU keyed by model and exact text; a query whose
+  exact text already waits in the queue shares that waiter's vector (one text, one slot).
+- `expected_wait(tenant)` predicts how long a new query of that tenant would wait for
+  its vector (the batch in progress, then the texts ahead of it in round-robin order,
+  at the measured seconds per text): the caller can choose text-only recall instead of
+  a vector that would arrive after its budget (proxy/memory/recall.py says so in the
+  response).
 - A caller that stops waiting (its recall passed its budget) is dropped from the
   queue or ignored when its batch returns; it never fails the others. An embedder
   error fails every caller of that batch or chunk.
@@ -47,6 +53,7 @@ BULK_CHUNK = 8
 CACHE_SIZE = 4096
 BULK_MAX_WAIT_S = 1.0  # bulk work waiting this long gets one chunk between query batches
 SAME_LENGTH_CHARS = 200  # texts up to this long share a call whatever their lengths
+COST_SMOOTHING = 0.2  # weight of the newest batch in the seconds-per-text estimate
 
 
 @dataclass
@@ -137,6 +144,9 @@ class QueryBatcher:
         self._thread: threading.Thread | None = None
         self._shared = False  # the last batch had more than one caller: worth a window
         self.batches: list[int] = []  # sizes of the last query batches (tests, benchmarks)
+        self.seconds_per_text = 0.0  # smoothed cost of one text in a query batch (measured)
+        self._busy_until = 0.0  # when the batch or chunk in progress should be done
+        self.shared_waits = 0  # queries that joined a waiter with the same text
 
     # -- callers (event loop side) -------------------------------------------------
 
@@ -147,13 +157,51 @@ class QueryBatcher:
         if cached is not None:
             return cached
         loop = asyncio.get_running_loop()
-        waiter = _Waiter(text, loop, loop.create_future())
         with self._cond:
             self._check_open()
-            self._queries.setdefault(tenant, deque()).append(waiter)
-            self._start()
-            self._cond.notify()
-        return await waiter.future
+            twin = self._waiting_twin(text, loop)
+            if twin is None:
+                waiter = _Waiter(text, loop, loop.create_future())
+                self._queries.setdefault(tenant, deque()).append(waiter)
+                self._start()
+                self._cond.notify()
+            else:
+                self.shared_waits += 1
+        if twin is None:
+            return await waiter.future
+        try:
+            # shield: this caller giving up must not cancel the twin's own caller
+            vector = await asyncio.shield(twin.future)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if twin.future.cancelled() and task is not None and not task.cancelling():
+                return await self.query(text, tenant)  # its caller gave up, this one not
+            raise
+        return vector.copy()
+
+    def _waiting_twin(self, text: str, loop: asyncio.AbstractEventLoop) -> _Waiter | None:
+        """Under the lock: a live queued waiter with this exact text on this loop."""
+        for queue in self._queries.values():
+            for waiter in queue:
+                if waiter.text == text and waiter.loop is loop and not waiter.future.done():
+                    return waiter
+        return None
+
+    def expected_wait(self, tenant: str = "", text: str | None = None) -> float:
+        """Seconds a new query of `tenant` would wait for its vector, its own embedding
+        included: what is left of the work in progress, then every text served before it
+        (round-robin: each tenant sends at most as many as this tenant has ahead, plus
+        one), at the measured seconds per text. 0 until a batch has been measured, and
+        for a text whose vector is cached."""
+        if text is not None and (self.embedder.name, text) in self.cache:
+            return 0.0
+        with self._cond:
+            own = len(self._queries.get(tenant, ()))
+            ahead = own + sum(
+                min(len(queue), own + 1) for name, queue in self._queries.items() if name != tenant
+            )
+            busy = max(0.0, self._busy_until - time.monotonic())
+        return busy + (ahead + 1) * self.seconds_per_text
 
     async def bulk(self, texts: list[str]) -> np.ndarray:
         """Vectors for `texts` (extraction, imports), embedded when no query waits."""
@@ -261,6 +309,8 @@ class QueryBatcher:
         self.batches = [*self.batches[-999:], len(texts)]
         embed = getattr(self.embedder, "embed_queries", None) or self.embedder.embed
         pairs: list[tuple[str, np.ndarray]] = []
+        started = time.monotonic()
+        self._busy_until = started + len(texts) * self.seconds_per_text
         try:
             for group in length_groups(texts):
                 vectors = embed(group)
@@ -270,6 +320,9 @@ class QueryBatcher:
         except Exception as exc:  # every waiter of the batch learns of it
             _settle_all([(w.loop, w.future, None, exc) for w in batch])
             return
+        finally:
+            self._busy_until = 0.0
+        self._measured((time.monotonic() - started) / len(texts))
         by_text = {}
         for text, vector in pairs:
             vector = np.array(vector, dtype=np.float32)
@@ -277,11 +330,18 @@ class QueryBatcher:
             by_text[text] = vector
         _settle_all([(w.loop, w.future, by_text[w.text].copy(), None) for w in batch])
 
+    def _measured(self, seconds_per_text: float) -> None:
+        if self.seconds_per_text == 0.0:
+            self.seconds_per_text = seconds_per_text
+        else:
+            self.seconds_per_text += COST_SMOOTHING * (seconds_per_text - self.seconds_per_text)
+
     def _embed_chunk(self, job: _Bulk, texts: list[str]) -> None:
         if job.future.done():  # the caller gave up: skip the rest of its texts
             with self._cond:
                 self._remove(job)
             return
+        self._busy_until = time.monotonic() + len(texts) * self.seconds_per_text
         try:
             vectors = np.asarray(self.embedder.embed(texts), dtype=np.float32)
         except Exception as exc:
@@ -289,6 +349,8 @@ class QueryBatcher:
                 self._remove(job)
             _settle(job.loop, job.future, None, exc)
             return
+        finally:
+            self._busy_until = 0.0
         job.parts.append(vectors)
         job.done += len(texts)
         if job.done >= len(job.texts):

@@ -177,6 +177,17 @@ class Settings(BaseSettings):
         default=8.0, gt=0, le=24 * 30, description="How long an inspector sign-in lasts."
     )
 
+    recall_vector_share: float = Field(
+        default=0.75,
+        gt=0,
+        le=1,
+        description=(
+            "Share of the recall budget left that the query embedding may be predicted to"
+            " take (queue ahead plus its own, at the measured cost); past it, recall is"
+            " full-text only and says `text_only`. 1 never skips the vector side."
+        ),
+    )
+
     @field_validator("ignore_patterns")
     @classmethod
     def _compile(cls, patterns: list[str]) -> list[str]:

@@ -315,3 +315,79 @@ def test_bulk_work_gets_a_chunk_between_batches_once_it_has_waited_its_limit(emb
         batcher.close()
     kinds = [kind for kind, _ in gated.calls]
     assert kinds == ["query", "bulk", "query", "bulk", "query"]
+
+
+def test_identical_texts_in_flight_share_one_slot(embedder):
+    gated = Gated(embedder)
+    batcher = QueryBatcher(gated, max_batch=2, cache_size=0)
+
+    async def main() -> list[np.ndarray]:
+        first = await parked(gated, batcher)
+        same = [asyncio.ensure_future(batcher.query("same words", t)) for t in ("a", "b")]
+        other = asyncio.ensure_future(batcher.query("other words", "c"))
+        await settle()
+        gated.release()
+        await first
+        return await asyncio.gather(*same, other)
+
+    try:
+        a, b, _other = asyncio.run(main())
+    finally:
+        batcher.close()
+    batches = [sorted(texts) for kind, texts in gated.calls if kind == "query"][1:]
+    assert batches == [["other words", "same words"]]  # one call: the twin took no slot
+    assert batcher.shared_waits == 1
+    np.testing.assert_array_equal(a, b)
+    assert a is not b  # each caller owns its copy
+
+
+def test_a_twin_whose_first_caller_gives_up_still_gets_its_vector(embedder):
+    gated = Gated(embedder)
+    batcher = QueryBatcher(gated, cache_size=0)
+
+    async def main() -> np.ndarray:
+        first = await parked(gated, batcher)
+        leader = asyncio.ensure_future(batcher.query("shared text", "a"))
+        await settle()
+        follower = asyncio.ensure_future(batcher.query("shared text", "b"))
+        await settle()
+        leader.cancel()  # its recall passed its budget
+        await settle()
+        gated.release()
+        await first
+        return await follower
+
+    try:
+        vector = asyncio.run(main())
+    finally:
+        batcher.close()
+    np.testing.assert_allclose(vector, embedder.embed(["shared text"])[0], atol=1e-4)
+
+
+def test_expected_wait_follows_the_queue_a_tenant_is_behind(embedder):
+    gated = Gated(embedder)
+    batcher = QueryBatcher(gated, max_batch=8)
+
+    async def main() -> tuple[float, float, float, float]:
+        unmeasured = batcher.expected_wait("flood")
+        await batcher.query("a first query is measured", "x")
+        first = await parked(gated, batcher)
+        flood = [asyncio.ensure_future(batcher.query(f"flood {i}", "flood")) for i in range(6)]
+        await settle()
+        flood_wait = batcher.expected_wait("flood")
+        quiet_wait = batcher.expected_wait("quiet")
+        per_text = batcher.seconds_per_text
+        gated.release()
+        await asyncio.gather(first, *flood)
+        return unmeasured, flood_wait, quiet_wait, per_text
+
+    try:
+        unmeasured, flood_wait, quiet_wait, per_text = asyncio.run(main())
+    finally:
+        batcher.close()
+    assert unmeasured == 0.0  # nothing measured yet: no prediction
+    assert per_text > 0
+    # the flood's next query is behind its own 6; a quiet tenant's behind one of them
+    assert flood_wait >= 7 * per_text
+    assert quiet_wait <= 2 * per_text + (flood_wait - 7 * per_text) + 1e-9
+    assert flood_wait - quiet_wait == pytest.approx(5 * per_text, rel=0.05)

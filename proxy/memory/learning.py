@@ -48,7 +48,11 @@ def reply_text(exchange: Exchange) -> str:
     return scrub("\n".join(p for p in parts if p))
 
 
-def exchange_payload(ctx: ChatContext, user: str, read_spaces: tuple[str, ...]) -> dict[str, Any]:
+def exchange_payload(
+    ctx: ChatContext,
+    user: str,
+    read_spaces: tuple[str, ...],
+) -> dict[str, Any]:
     """The request part of a job, written before the answer exists. The one place that
     decides what an exchange carries for extraction (the answer is added by
     `with_answer`)."""

@@ -1,7 +1,10 @@
 """The memory interceptor: scope from headers, recall under a time budget, injection.
 
 Recall never stands in the way of an answer: past its budget, or when the store fails,
-the request goes upstream without memories, and the response says so.
+the request goes upstream without memories, and the response says so. When the query
+embedding is predicted to arrive too late (the embedding queue is longer than the
+budget allows), the recall is full-text only and the response says `text_only`: memory
+stays on, with the vector side skipped and counted, never silently.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import time
 from typing import Any
 
 from memory_core.injection import render
-from memory_core.recall import RecallQuery
+from memory_core.recall import RecallQuery, clean_query
 from memory_core.store import MemoryStore
 from proxy.memory.conversation import recall_query
 from proxy.memory.scoping import MemoryScope, scope_for
@@ -85,7 +88,8 @@ class RecallInterceptor:
             if injection.text:
                 ctx.inject(injection.text)
                 ids = injection.memory_ids
-            status = "ok" if ids else "empty"
+            if status != "text_only":
+                status = "ok" if ids else "empty"
         if self.metrics is not None:
             self.metrics.recall.observe(elapsed / 1000)
             self.metrics.recall_status.labels(status).inc()
@@ -104,11 +108,20 @@ class RecallInterceptor:
             top_k=self.settings.recall_top_k,
             min_similarity=self.settings.recall_min_similarity,
         )
+        budget = self.settings.recall_budget_ms / 1000
+        deadline = time.monotonic() + budget
+        text_only = False
+
+        async def work() -> list[Any]:
+            nonlocal text_only
+            # Decided once the tenant's slot is free, on the budget that is left.
+            if self._vector_too_late(query, deadline - time.monotonic()):
+                query.use_vector = False
+                text_only = True
+            return await self.store.recall(query)
+
         try:
-            results = await asyncio.wait_for(
-                self.slots.run(scope.tenant, lambda: self.store.recall(query)),
-                self.settings.recall_budget_ms / 1000,
-            )
+            results = await asyncio.wait_for(self.slots.run(scope.tenant, work), budget)
         except TimeoutError:
             log.warning(
                 "recall passed its %d ms budget; answering without memories (request %s)",
@@ -119,7 +132,18 @@ class RecallInterceptor:
         except Exception:
             log.exception("recall failed; answering without memories (request %s)", ctx.request_id)
             return "error", []
+        if text_only:
+            return "text_only", [r.memory for r in results]
         return ("ok" if results else "empty"), [r.memory for r in results]
+
+    def _vector_too_late(self, query: RecallQuery, remaining_s: float) -> bool:
+        """True when the query vector is predicted to take more than its share of the
+        budget left (the search and injection need the rest); a cached vector is free."""
+        batcher = getattr(self.store, "batcher", None)
+        if batcher is None or self.settings.recall_vector_share >= 1.0:
+            return False
+        wait = batcher.expected_wait(query.tenant, clean_query(query.text))
+        return wait > remaining_s * self.settings.recall_vector_share
 
     def _headers(self, ctx: ChatContext, status: str, ids: list[str], elapsed: float) -> None:
         ctx.add_response_header("X-Memrelay-Recall-Status", status)

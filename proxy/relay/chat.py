@@ -2,7 +2,10 @@
 interceptors before, byte-exact relay, exchange after. What differs between the two APIs
 is in proxy/relay/apis.py.
 
-Besides `before`, `response_started` and `after`, an interceptor may define
+The interceptors' `before` hooks run concurrently (each sees the request as the client
+sent it until another rewrites the body; an interceptor that needs the original reads
+it before its first await). Besides `before`, `response_started` and `after`, an
+interceptor may define
 `answer_complete(ctx, exchange)`, awaited once the whole answer is known but before its
 last bytes reach the client (so whatever it records is durable by the time the client
 holds the answer), and `finished(ctx)`, called when the request ends, however it ends.
@@ -10,6 +13,7 @@ holds the answer), and `finished(ctx)`, called when the request ends, however it
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -74,6 +78,25 @@ class ChatCompletions:
             for ctx in contexts:
                 self._finished(ctx)
 
+    async def _before(self, ctx: ChatContext) -> None:
+        """Every interceptor's `before`, side by side: recall's wait and learning's draft
+        write overlap instead of adding up before the request goes upstream. Each runs to
+        its end (a draft written is then on the context, for `finished` to drop); the
+        first error in interceptor order is raised."""
+        scope = ctx.state.get(SCOPE_KEY)
+        if len(self.interceptors) == 1 or not (scope.reads and scope.writes):
+            # at most one of recall and learning has work: no tasks to pay for
+            for interceptor in self.interceptors:
+                await interceptor.before(ctx)
+            return
+        outcomes = await asyncio.gather(
+            *(interceptor.before(ctx) for interceptor in self.interceptors),
+            return_exceptions=True,
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+
     def _finished(self, ctx: ChatContext) -> None:
         for interceptor in self.interceptors:
             finished = getattr(interceptor, "finished", None)
@@ -120,8 +143,7 @@ class ChatCompletions:
         ctx.state[SCOPE_KEY] = identity_of(scope).memory  # decided once, at the edge
         contexts.append(ctx)
         try:
-            for interceptor in self.interceptors:
-                await interceptor.before(ctx)
+            await self._before(ctx)
         except RequestRejected as exc:
             await send_error(send, exc.status, exc.message, code=exc.code, param=exc.param)
             return
