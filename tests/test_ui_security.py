@@ -306,6 +306,20 @@ def test_injection_preview_is_what_the_upstream_receives(
     stats = alice.get("/stats").text
     assert re.search(r'id="ok-rate">100\.0%<', stats) and "1 recalls since" in stats
     assert "0 recalls since" in jobs_stats(world, "bob")
+    # With memory on, recall and learning's `before` hooks run side by side: the recall
+    # is still counted (the tally reads its status once the upstream has answered).
+    again = httpx.post(
+        world.server.url + "/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": message}]},
+        headers={
+            "X-Memrelay-Key": world.keys["alice"],
+            "X-Memrelay-Tenant": "alice",
+            "X-Memrelay-Read-Spaces": "default,work",
+        },
+        timeout=60,
+    )
+    assert again.headers["x-memrelay-recall-status"] == "ok"
+    assert "2 recalls since" in alice.get("/stats").text
 
 
 def jobs_stats(world: World, tenant: str) -> str:

@@ -1,7 +1,8 @@
 """Recall outcomes per tenant, for the inspector's stats page.
 
-A chat interceptor placed after the recall interceptor: it reads the recall status that
-interceptor put on the response and counts it under the request's tenant (in this
+A chat interceptor beside the recall interceptor: once the upstream answered (interceptors'
+`before` hooks run side by side, so recall's status is only sure then), it reads the
+recall status put on the response and counts it under the request's tenant (in this
 process, since it started). The ok-rate is the share of recalls that finished in time
 and without error (`ok` or `empty`), as the benchmarks count it.
 """
@@ -23,19 +24,19 @@ class RecallTally:
         self.by_tenant: dict[str, Counter[str]] = {}
 
     async def before(self, ctx: ChatContext) -> None:
+        return None
+
+    def response_started(self, ctx: ChatContext, status: int) -> None:
         scope = ctx.state.get(SCOPE_KEY)
-        status = next((v for k, v in ctx.response_headers if k == STATUS_HEADER), None)
-        if not isinstance(scope, MemoryScope) or status is None:
+        recalled = next((v for k, v in ctx.response_headers if k == STATUS_HEADER), None)
+        if not isinstance(scope, MemoryScope) or recalled is None:
             return
         counts = self.by_tenant.get(scope.tenant)
         if counts is None:
             if len(self.by_tenant) >= MAX_TENANTS:
                 return
             counts = self.by_tenant[scope.tenant] = Counter()
-        counts[status.decode("latin-1")] += 1
-
-    def response_started(self, ctx: ChatContext, status: int) -> None:
-        return None
+        counts[recalled.decode("latin-1")] += 1
 
     async def after(self, ctx: ChatContext, exchange: Exchange) -> None:
         return None
