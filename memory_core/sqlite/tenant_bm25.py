@@ -7,7 +7,9 @@ belongs to one document: FTS5 scores it `-idf_index(t) * tf_part(t, d)`, and the
 IDF is known (its row count from the index's averages record, the term's row count from
 fts5vocab), so `tf_part` is recovered exactly and re-weighed with the IDF counted over
 the tenant's active memories in the read spaces. With one tenant and one space the
-result equals FTS5's own score (a test pins that).
+result equals FTS5's own score (a test pins that). A query left with one term keeps
+FTS5's scores as they are: a factor common to every match changes no ranking, and
+recall's fusion is scale-free.
 
 Left shared: the length normalisation's average document length (the whole index's),
 and which terms are too common to score at all (`choose_terms`' cost budget).
@@ -87,8 +89,6 @@ def scored_hits(
     """The k best (rowid, score) of the tenant's active memories in `spaces` for the
     terms (each with its row count in the whole index), lower score is better as with
     FTS5's `bm25()`."""
-    rows = index_rows(conn)
-    scope_rows = counts.count(conn, tenant, spaces)
     marks = ",".join("?" * len(spaces))
     sql = (
         "WITH hits AS MATERIALIZED (SELECT rowid, bm25(memory_fts) AS s FROM memory_fts"
@@ -96,6 +96,16 @@ def scored_hits(
         " SELECT hits.rowid, hits.s FROM hits CROSS JOIN memories m ON m.rowid = hits.rowid"
         f" WHERE m.tenant = ? AND m.status = 'active' AND m.space IN ({marks})"
     )
+    if len(terms) == 1:
+        # One term: its weight would be the same for every match, and recall's fusion is
+        # scale-free (min-max, confidence as a ratio), so FTS5's own scores rank exactly
+        # as the tenant's would; SQLite ranks, and only k rows come back to Python.
+        ((term, _),) = terms
+        return conn.execute(
+            sql + " ORDER BY hits.s LIMIT ?", [f'"{term}"', tenant, *spaces, k]
+        ).fetchall()
+    rows = index_rows(conn)
+    scope_rows = counts.count(conn, tenant, spaces)
     totals: dict[int, float] = defaultdict(float)
     for term, index_hits in terms:
         matches: list[Any] = conn.execute(sql, [f'"{term}"', tenant, *spaces]).fetchall()
