@@ -21,7 +21,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from extraction.facts import Fact
 from extraction.reconcile import Reconciler
 from memory_core.errors import InvalidInput, InvalidTransition, NotFound
 from memory_core.jobs import JobQueue
@@ -201,17 +200,7 @@ class AdminAPI:
     async def remember(self, request: Request) -> Response:
         scope = self._scope(request)
         body: RememberBody = await self._body(request, RememberBody)
-        fact = Fact(
-            content=body.content,
-            kind=body.kind,
-            subject=body.subject,
-            attribute=body.attribute,
-            value=body.value,
-            confidence=body.confidence,
-            stated_by="admin",
-            expires_at=body.expires_at,
-            observed_at=body.observed_at,
-        )
+        fact = ops.fact_from(body, stated_by="admin")
         provenance = {
             "request_id": request.state.memrelay_request_id,
             "time": time.time(),

@@ -27,7 +27,6 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field, ValidationError
 
-from extraction.facts import Fact
 from extraction.reconcile import Reconciler
 from memory_core.errors import InvalidInput, InvalidTransition, NotFound
 from memory_core.model import STATUSES, NewMemory
@@ -239,16 +238,8 @@ class MemoryTools:
                     "expires_at": expires_at,
                 }
             )
-            fact = Fact(
-                content=body.content,
-                kind=body.kind,
-                subject=body.subject,
-                attribute=body.attribute,
-                value=body.value,
-                confidence=body.confidence,
-                stated_by="user",  # the agent acts for the key's holder, as in a chat
-                expires_at=body.expires_at,
-            )
+            # the agent acts for the key's holder, as in a chat
+            fact = ops.fact_from(body, stated_by="user")
             return await ops.remember(
                 self.store, self.reconciler, caller.scope, fact, _provenance(caller)
             )

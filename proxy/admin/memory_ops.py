@@ -18,8 +18,24 @@ from memory_core.jobs import JobQueue
 from memory_core.model import Event, Memory
 from memory_core.recall import Recalled, RecallQuery
 from memory_core.store import MemoryStore
-from proxy.admin.models import ForgetBody, RecallBody
+from proxy.admin.models import ForgetBody, RecallBody, RememberBody
 from proxy.memory.scoping import MemoryScope
+
+
+def fact_from(body: RememberBody, stated_by: str) -> Fact:
+    """A remember request as the fact reconciliation takes (who stated it decides what it
+    may replace: see extraction/reconcile.py)."""
+    return Fact(
+        content=body.content,
+        kind=body.kind,
+        subject=body.subject,
+        attribute=body.attribute,
+        value=body.value,
+        confidence=body.confidence,
+        stated_by=stated_by,
+        expires_at=body.expires_at,
+        observed_at=body.observed_at,
+    )
 
 
 async def remember(
