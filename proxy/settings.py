@@ -42,7 +42,8 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(
         default=64 * 1024 * 1024,
         gt=0,
-        description="Largest chat completion request body (64 MiB: room for several "
+        description="Largest request body on a memory route: chat completions, Responses"
+        " (64 MiB: room for several "
         "base64 images, as OpenAI accepts up to 50 MB of images in one request).",
     )
     retries: int = Field(default=2, ge=0, le=10, description="Upstream retries before any byte.")
