@@ -7,7 +7,6 @@ learning treats it as it treats a chat completion.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -98,26 +97,13 @@ class ResponsesStreamAssembler(StreamAssembler):
     `response.completed` (or `.incomplete`) event's full response wins when it has them.
     `done` is only set by that final event, so a failed or cut stream is never learned."""
 
+    DONE_MARKER = None  # the stream ends with `response.completed`, never `[DONE]`
+
     def __init__(self, exchange: Exchange) -> None:
         super().__init__(exchange)
         self.items: dict[int, dict[str, Any]] = {}
 
-    def _dispatch(self) -> None:
-        if not self._data:
-            return
-        data = b"\n".join(self._data)
-        self._data = []
-        self.events += 1
-        try:
-            event = json.loads(data)
-        except ValueError:
-            self.bad_events += 1
-            log.debug("unparseable Responses event skipped")
-            return
-        if isinstance(event, dict):
-            self._event(event)
-
-    def _event(self, event: dict[str, Any]) -> None:
+    def _apply(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
         response = event.get("response")
         if kind == "response.output_item.done" and isinstance(event.get("item"), dict):

@@ -17,7 +17,12 @@ log = logging.getLogger("memrelay.sse")
 
 
 class StreamAssembler:
-    """Feed raw SSE bytes in any chunking; the exchange fills in as events complete."""
+    """Feed raw SSE bytes in any chunking; the exchange fills in as events complete.
+
+    Subclasses for other event shapes override `_apply` (one parsed JSON object) and
+    `DONE_MARKER` (None where no `[DONE]` line ends the stream)."""
+
+    DONE_MARKER: bytes | None = b"[DONE]"
 
     def __init__(self, exchange: Exchange) -> None:
         self.exchange = exchange
@@ -61,14 +66,14 @@ class StreamAssembler:
         data = b"\n".join(self._data)
         self._data = []
         self.events += 1
-        if data.strip() == b"[DONE]":
+        if self.DONE_MARKER is not None and data.strip() == self.DONE_MARKER:
             self.exchange.done = True
             return
         try:
             chunk = json.loads(data)
         except ValueError:
             self.bad_events += 1
-            log.debug("unparseable SSE event skipped")
+            log.debug("unparseable %s event skipped", type(self).__name__)
             return
         if isinstance(chunk, dict):
             self._apply(chunk)
