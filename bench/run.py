@@ -89,7 +89,7 @@ def run_section(
 
         return embedding.run(repeats=5 if quick else 30, sizes=(1, 4) if quick else embedding.SIZES)
     if section == "overhead":
-        from bench import overhead
+        from bench import overhead, processes
 
         return overhead.run(
             work,
@@ -97,7 +97,7 @@ def run_section(
             concurrencies=[1, 4] if quick else [1, 16, 64],
             requests=30 if quick else 400,
             memories=500 if quick else 10_000,
-            litellm=None if quick or args.litellm == "skip" else overhead.litellm_venv(ROOT),
+            litellm=None if quick or args.litellm == "skip" else processes.litellm_venv(ROOT),
         )
     if section == "locomo":
         from bench import locomo
