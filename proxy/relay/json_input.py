@@ -97,12 +97,18 @@ def check_chat_messages(messages: Any) -> None:
                     raise BadJSON(f"{where}.tool_calls[{j}].function.{name} must be a string")
 
 
-def parse_chat_body(raw: bytes) -> dict[str, Any]:
-    """A chat completion request as a dict; raises BadJSON saying what is wrong."""
+def json_object(raw: bytes) -> dict[str, Any]:
+    """A request body that must be one JSON object; raises BadJSON saying what is wrong."""
     if not raw.strip():
         raise BadJSON("request body is empty; expected a JSON object")
     body = loads(raw)
     if not isinstance(body, dict):
         raise BadJSON("request body must be a JSON object")
+    return body
+
+
+def parse_chat_body(raw: bytes) -> dict[str, Any]:
+    """A chat completion request as a dict; raises BadJSON saying what is wrong."""
+    body = json_object(raw)
     check_chat_messages(body.get("messages"))
     return body

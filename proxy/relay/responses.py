@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 from proxy.relay.exchange import Exchange
-from proxy.relay.json_input import BadJSON, loads
+from proxy.relay.json_input import BadJSON, json_object
 from proxy.relay.sse import StreamAssembler
 
 log = logging.getLogger("memrelay.responses")
@@ -24,11 +24,7 @@ ENDED_EVENTS = frozenset({"response.completed", "response.incomplete"})
 
 def parse_responses_body(raw: bytes) -> dict[str, Any]:
     """A Responses request as a dict; raises BadJSON for the shapes memrelay reads."""
-    if not raw.strip():
-        raise BadJSON("request body is empty; expected a JSON object")
-    body = loads(raw)
-    if not isinstance(body, dict):
-        raise BadJSON("request body must be a JSON object")
+    body = json_object(raw)
     items = body.get("input")
     if items is not None and not isinstance(items, (str, list)):
         raise BadJSON("'input' must be a string or a list of items")
