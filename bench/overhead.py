@@ -51,6 +51,7 @@ async def load(
     statuses: Counter[str] = Counter()
     recalled: list[int] = []
     recall_ms: list[float] = []
+    wait_ms: list[float] = []
     errors = 0
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:
@@ -77,6 +78,9 @@ async def load(
                             statuses[status] += 1
                             recalled.append(int(response.headers.get("x-memrelay-recalled", 0)))
                             recall_ms.append(float(response.headers.get("x-memrelay-recall-ms", 0)))
+                            wait = response.headers.get("x-memrelay-recall-wait-ms")
+                            if wait is not None:
+                                wait_ms.append(float(wait))
                 except httpx.HTTPError:
                     errors += 1
                     continue
@@ -94,6 +98,7 @@ async def load(
         "statuses": statuses,
         "recalled": recalled,
         "recall_ms": recall_ms,
+        "wait_ms": wait_ms,
     }
 
 
@@ -155,6 +160,7 @@ def run(
                     "done": 0,
                     "statuses": Counter(),
                     "recalled": [],
+                    "wait_ms": [],
                 }
                 for m in modes
             }
@@ -165,7 +171,7 @@ def run(
                     got = asyncio.run(
                         load(url, headers, concurrency, requests // rounds, seed=round_)
                     )
-                    for key in ("first", "total", "statuses", "recalled"):
+                    for key in ("first", "total", "statuses", "recalled", "wait_ms"):
                         raw[mode][key] += got[key]
                     raw[mode]["errors"] += got["errors"]
                     raw[mode]["wall"] += got["wall"]
@@ -267,6 +273,8 @@ def _summarise(raw: dict[str, dict[str, Any]]) -> dict[str, Any]:
             )
             out[mode]["added_ttfb_p99_ms"] = round(pct(r["first"], 99) - pct(direct, 99), 3)
         out[mode].update(recall_summary(r["statuses"], r["recalled"]))
+        if r["wait_ms"]:  # time recalls waited for their turn before their budget began
+            out[mode]["recall_wait_ms"] = summary(r["wait_ms"])
     return out
 
 

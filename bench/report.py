@@ -76,6 +76,8 @@ def _overhead(r: dict[str, Any], out: Path) -> list[str]:
                     _ok_rate(v),
                     _status_mix(v),
                     "" if v.get("mean_recalled") is None else v["mean_recalled"],
+                    v["recall_wait_ms"]["p50"] if v.get("recall_wait_ms") else "",
+                    v["recall_wait_ms"]["p99"] if v.get("recall_wait_ms") else "",
                 ]
             )
     lines += table(
@@ -93,6 +95,8 @@ def _overhead(r: dict[str, Any], out: Path) -> list[str]:
             "recall ok",
             "recall status (X-Memrelay-Recall-Status)",
             "memories injected (mean)",
+            "recall wait p50 ms",
+            "recall wait p99 ms",
         ],
         rows,
     )

@@ -9,18 +9,20 @@ numbers that made its score.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import threading
 import time
 import unicodedata
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import snowballstemmer
 
-from memory_core.model import Memory
+from memory_core.model import Memory, severity_of
 from memory_core.rows import MEMORY_COLUMNS, memory_from_row
 from memory_core.sqlite.db import Connection
 from memory_core.sqlite.tenant_bm25 import ScopeCounts, scored_hits
@@ -204,16 +206,34 @@ def text_search(
     return scored_hits(conn, q.tenant, q.spaces, chosen, k, counts or ScopeCounts())
 
 
-def load_active(
-    conn: Connection, q: RecallQuery, rowids: list[int], now: float
-) -> dict[int, Memory]:
-    """The candidates that are active, unexpired and in scope: the SQL is the guard."""
-    if not rowids:
-        return {}
+RANK_COLUMNS = "kind, confidence, subject, attribute, entities, observed_at, updated_at"
+
+
+@dataclass(slots=True)
+class RankFacts:
+    """What ranking reads of a candidate. A recall weighs about 80 candidates and keeps
+    10; decoding every candidate's whole row (provenance JSON and all) held the GIL for
+    about 1.5 ms a recall, so only the winners are loaded whole (`load_active`)."""
+
+    kind: str
+    confidence: float
+    subject: str | None
+    attribute: str | None
+    entities: list[str]
+    observed_at: float | None
+    updated_at: float
+
+    @property
+    def severity(self) -> str:
+        return severity_of(self.kind)
+
+
+def _guard(q: RecallQuery, rowids: list[int], now: float) -> tuple[str, list[Any]]:
+    """The WHERE clause that keeps a candidate: active, unexpired, this tenant, a read
+    space (and the query's kinds and subject). The SQL is the guard."""
     sql = (
-        f"SELECT rowid, {MEMORY_COLUMNS} FROM memories WHERE rowid IN ({_in(rowids)})"
-        f" AND tenant = ? AND status = 'active' AND space IN ({_in(q.spaces)})"
-        " AND (expires_at IS NULL OR expires_at > ?)"
+        f"rowid IN ({_in(rowids)}) AND tenant = ? AND status = 'active'"
+        f" AND space IN ({_in(q.spaces)}) AND (expires_at IS NULL OR expires_at > ?)"
     )
     params: list[Any] = [*rowids, q.tenant, *q.spaces, now]
     if q.kinds:
@@ -222,7 +242,40 @@ def load_active(
     if q.subject:
         sql += " AND subject = ?"
         params.append(q.subject)
+    return sql, params
+
+
+def load_active(
+    conn: Connection, q: RecallQuery, rowids: list[int], now: float
+) -> dict[int, Memory]:
+    """The candidates that are active, unexpired and in scope, whole."""
+    if not rowids:
+        return {}
+    where, params = _guard(q, rowids, now)
+    sql = f"SELECT rowid, {MEMORY_COLUMNS} FROM memories WHERE {where}"
     return {row[0]: memory_from_row(row[1:]) for row in conn.execute(sql, params)}
+
+
+def load_rank_facts(
+    conn: Connection, q: RecallQuery, rowids: list[int], now: float
+) -> dict[int, RankFacts]:
+    """What ranking needs of the candidates that pass the same guard as `load_active`."""
+    if not rowids:
+        return {}
+    where, params = _guard(q, rowids, now)
+    sql = f"SELECT rowid, {RANK_COLUMNS} FROM memories WHERE {where}"
+    return {
+        row[0]: RankFacts(
+            row[1],
+            row[2],
+            row[3],
+            row[4],
+            json.loads(row[5]) if row[5] and row[5] != "[]" else [],
+            row[6],
+            row[7],
+        )
+        for row in conn.execute(sql, params)
+    }
 
 
 def fuse(
@@ -233,59 +286,96 @@ def fuse(
     now: float | None = None,
     text_key: str = "text_bm25",
 ) -> list[Recalled]:
-    """Normalised score fusion, then confidence, recency and severity; best first.
+    """`rank` over whole memories (the Postgres store loads them in its search)."""
+    ranked = rank(q, vector_hits, text_hits, memories, now, text_key)
+    return [Recalled(memories[rowid], score, info) for rowid, score, info in ranked]
+
+
+def rank(
+    q: RecallQuery,
+    vector_hits: list[tuple[int, float]],
+    text_hits: list[tuple[int, float]],
+    facts: Mapping[int, RankFacts | Memory],
+    now: float | None = None,
+    text_key: str = "text_bm25",
+) -> list[tuple[int, float, dict[str, Any]]]:
+    """Normalised score fusion, then confidence, recency and severity; the best `top_k`
+    as (rowid, score, breakdown), best first. Candidates missing from `facts` (out of
+    scope, inactive) are dropped.
 
     Text hits carry a lower-is-better score (SQLite's bm25); the breakdown shows it
-    negated under `text_key`, named after the engine's ranking function.
+    negated under `text_key`, named after the engine's ranking function. Breakdowns are
+    written out for the winners only.
     """
     now = now if now is not None else time.time()
     folded_query = fold(q.text)
-    parts: dict[int, dict[str, Any]] = {}
     # Ranks count only candidates that passed the guard (in scope, active).
-    vector_hits = [hit for hit in vector_hits if hit[0] in memories]
-    text_hits = [hit for hit in text_hits if hit[0] in memories]
-    for rank, (rowid, similarity) in enumerate(vector_hits, start=1):
-        parts.setdefault(rowid, {})
-        parts[rowid].update(vector_rank=rank, vector_similarity=round(similarity, 4))
-    for rank, (rowid, bm25) in enumerate(text_hits, start=1):
-        parts.setdefault(rowid, {})
-        parts[rowid].update({"text_rank": rank, text_key: round(-bm25, 4)})
+    vector_hits = [hit for hit in vector_hits if hit[0] in facts]
+    text_hits = [hit for hit in text_hits if hit[0] in facts]
+    vector_at = {rowid: rank for rank, (rowid, _) in enumerate(vector_hits, start=1)}
+    text_at = {rowid: rank for rank, (rowid, _) in enumerate(text_hits, start=1)}
     text_norm = _min_max([-bm25 for _, bm25 in text_hits])
     vector_norm = _min_max([similarity for _, similarity in vector_hits])
     text_weight, vector_weight = side_weights(
         [-bm25 for _, bm25 in text_hits], [similarity for _, similarity in vector_hits]
     )
-    results = []
-    for rowid, info in parts.items():
-        memory = memories[rowid]
-        if "text_rank" not in info and info.get("vector_similarity", 1.0) < q.min_similarity:
+    scored: list[_Scored] = []
+    for rowid in dict.fromkeys([*vector_at, *text_at]):
+        fact = facts[rowid]
+        t_rank, v_rank = text_at.get(rowid), vector_at.get(rowid)
+        if t_rank is None and v_rank is not None and vector_hits[v_rank - 1][1] < q.min_similarity:
             continue
         fused = 0.0
-        if "text_rank" in info:
-            fused += text_weight * text_norm(-text_hits[info["text_rank"] - 1][1])
-        if "vector_rank" in info:
-            fused += vector_weight * vector_norm(vector_hits[info["vector_rank"] - 1][1])
-        age_days = max(0.0, now - said_at(memory)) / 86400
+        if t_rank is not None:
+            fused += text_weight * text_norm(-text_hits[t_rank - 1][1])
+        if v_rank is not None:
+            fused += vector_weight * vector_norm(vector_hits[v_rank - 1][1])
+        age_days = max(0.0, now - said_at(fact)) / 86400
         recency = 0.85 + 0.15 * math.pow(0.5, age_days / RECENCY_HALF_LIFE_DAYS)
-        confidence = 0.8 + 0.2 * memory.confidence
-        severity = SEVERITY_BOOST[memory.severity]
+        confidence = 0.8 + 0.2 * fact.confidence
+        severity = SEVERITY_BOOST[fact.severity]
         score = fused * confidence * recency * severity
-        if memory.entities and _mentions(folded_query, memory.entities):
+        entity = bool(fact.entities) and _mentions(folded_query, fact.entities)
+        if entity:
             score *= ENTITY_BOOST
+        scored.append(_Scored(rowid, fact, score, fused, confidence, recency, severity, entity))
+    newest_version_first(scored)
+    scored.sort(key=lambda s: s.score, reverse=True)
+    out = []
+    for s in scored[: q.top_k]:
+        info: dict[str, Any] = {}
+        if (v_rank := vector_at.get(s.rowid)) is not None:
+            info.update(vector_rank=v_rank, vector_similarity=round(vector_hits[v_rank - 1][1], 4))
+        if (t_rank := text_at.get(s.rowid)) is not None:
+            info.update({"text_rank": t_rank, text_key: round(-text_hits[t_rank - 1][1], 4)})
+        if s.entity:
             info["entity_factor"] = ENTITY_BOOST
         info.update(
             text_weight=round(text_weight, 4),
             vector_weight=round(vector_weight, 4),
-            fused=round(fused, 6),
-            confidence_factor=round(confidence, 4),
-            recency_factor=round(recency, 4),
-            severity_factor=severity,
-            score=round(score, 6),
+            fused=round(s.fused, 6),
+            confidence_factor=round(s.confidence, 4),
+            recency_factor=round(s.recency, 4),
+            severity_factor=s.severity,
+            score=round(s.score, 6),
         )
-        results.append(Recalled(memory, score, info))
-    newest_version_first(results)
-    results.sort(key=lambda r: r.score, reverse=True)
-    return results[: q.top_k]
+        if s.version_rank is not None:
+            info["version_rank"] = s.version_rank
+        out.append((s.rowid, s.score, info))
+    return out
+
+
+@dataclass(slots=True)
+class _Scored:
+    rowid: int
+    memory: RankFacts | Memory
+    score: float
+    fused: float
+    confidence: float
+    recency: float
+    severity: float
+    entity: bool
+    version_rank: int | None = None
 
 
 def confidence(scores: list[float]) -> float:
@@ -316,16 +406,17 @@ def _min_max(scores: list[float]) -> Any:
     return lambda x: (x - low) / (high - low)
 
 
-def said_at(memory: Memory) -> float:
+def said_at(memory: RankFacts | Memory) -> float:
     """When the thing was said: `observed_at` if known, else when it was last written."""
     return memory.observed_at if memory.observed_at is not None else memory.updated_at
 
 
-def newest_version_first(results: list[Recalled]) -> None:
+def newest_version_first(results: list[Any]) -> None:
     """Memories of one slot (same subject and attribute) that are all active are versions
     of one fact (imported, or added without reconciliation): the newest said takes the
-    best score of the group, so the latest version ranks first whatever its wording."""
-    groups: dict[tuple[str, str], list[Recalled]] = {}
+    best score of the group, so the latest version ranks first whatever its wording.
+    `results` hold `.memory`, `.score` and `.version_rank`."""
+    groups: dict[tuple[str, str], list[Any]] = {}
     for result in results:
         memory = result.memory
         if memory.subject and memory.attribute:
@@ -337,4 +428,4 @@ def newest_version_first(results: list[Recalled]) -> None:
         by_time = sorted(group, key=lambda r: said_at(r.memory), reverse=True)
         for position, (result, score) in enumerate(zip(by_time, scores, strict=True), start=1):
             result.score = score
-            result.breakdown.update(version_rank=position, score=round(score, 6))
+            result.version_rank = position

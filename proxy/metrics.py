@@ -116,6 +116,12 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self.recall_wait = Histogram(
+            "memrelay_recall_wait_seconds",
+            "Time recalls waited for their turn (recall_concurrency) before their budget began",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.recall_status = Counter("memrelay_recall", "Recall outcomes", ["status"], registry=r)
         self.injected = Counter(
             "memrelay_memories_injected", "Memories injected into prompts", registry=r

@@ -189,6 +189,24 @@ class Settings(BaseSettings):
         ),
     )
 
+    recall_concurrency: int = Field(
+        default=8,
+        ge=1,
+        le=1024,
+        description=(
+            "Recalls working at once; more wait their turn (round-robin by tenant). The"
+            " recall budget starts when a recall's turn comes."
+        ),
+    )
+    recall_queue_ms: int = Field(
+        default=2000,
+        ge=0,
+        description=(
+            "How long a recall may wait for its turn; past it the request goes on without"
+            " memories (status `timeout`). 0: never wait when every turn is taken."
+        ),
+    )
+
     @field_validator("ignore_patterns")
     @classmethod
     def _compile(cls, patterns: list[str]) -> list[str]:

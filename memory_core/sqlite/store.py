@@ -27,9 +27,10 @@ from memory_core.recall import (
     CommonTerms,
     Recalled,
     RecallQuery,
-    fuse,
     knn,
     load_active,
+    load_rank_facts,
+    rank,
     text_search,
 )
 from memory_core.rows import (
@@ -323,8 +324,11 @@ class SQLiteStore(EmbeddingStore):
 
         def search(conn: Connection) -> list[Recalled]:
             rowids = list({r for r, _ in vector_hits} | {r for r, _ in text_hits})
-            memories = load_active(conn, query, rowids, now)
-            return fuse(query, vector_hits, text_hits, memories, now)
+            facts = load_rank_facts(conn, query, rowids, now)
+            ranked = rank(query, vector_hits, text_hits, facts, now)
+            # The winners whole, through the same guard: one forgotten in between is gone.
+            memories = load_active(conn, query, [rowid for rowid, _, _ in ranked], now)
+            return [Recalled(memories[r], s, info) for r, s, info in ranked if r in memories]
 
         return await self.run_read(search)
 

@@ -1,7 +1,9 @@
 """The memory interceptor: scope from headers, recall under a time budget, injection.
 
-Recall never stands in the way of an answer: past its budget, or when the store fails,
-the request goes upstream without memories, and the response says so. When the query
+Recall never stands in the way of an answer for long: a recall waits its turn at the
+gate (proxy/memory/admission.py, at most `recall_queue_ms`), then has its budget
+(`recall_budget_ms`); past either, or when the store fails, the request goes upstream
+without memories, and the response says so. When the query
 embedding is predicted to arrive too late (the embedding queue is longer than the
 budget allows), the recall is full-text only and the response says `text_only`: memory
 stays on, with the vector side skipped and counted, never silently.
@@ -17,6 +19,7 @@ from typing import Any
 from memory_core.injection import render
 from memory_core.recall import RecallQuery, clean_query
 from memory_core.store import MemoryStore
+from proxy.memory.admission import AdmissionTimeout, RecallGate
 from proxy.memory.conversation import recall_query
 from proxy.memory.scoping import MemoryScope, scope_for
 from proxy.metrics import Metrics
@@ -26,39 +29,6 @@ from proxy.settings import Settings
 
 log = logging.getLogger("memrelay.memory")
 MAX_ID_HEADER = 20
-RECALLS_PER_TENANT = 8  # one batch's worth of a tenant's recalls run at once; more wait
-
-
-class TenantSlots:
-    """At most `cap` recalls of one tenant in the store at a time.
-
-    Why: a recall holds reader threads and the embedding queue; a tenant flooding the
-    proxy would otherwise fill both (first come, first served) and push every other
-    tenant's recall past its budget. Its extra recalls wait here instead, inside their
-    own budget: one that cannot start in time gives up having cost nothing.
-    """
-
-    def __init__(self, cap: int = RECALLS_PER_TENANT) -> None:
-        self.cap = cap
-        self._slots: dict[str, tuple[asyncio.Semaphore, list[int]]] = {}
-
-    async def run(self, tenant: str, work: Any) -> Any:
-        """Await `work()` once one of the tenant's slots is free."""
-        entry = self._slots.get(tenant)
-        if entry is None:
-            entry = self._slots[tenant] = (asyncio.Semaphore(self.cap), [0])
-        semaphore, users = entry
-        users[0] += 1
-        try:
-            async with semaphore:
-                return await work()
-        finally:
-            users[0] -= 1
-            if not users[0]:
-                del self._slots[tenant]  # no state kept for idle tenants
-
-    def __len__(self) -> int:
-        return len(self._slots)
 
 
 class RecallInterceptor:
@@ -70,7 +40,7 @@ class RecallInterceptor:
         self.store = store
         self.settings = settings
         self.metrics = metrics
-        self.slots = TenantSlots()
+        self.gate = RecallGate(settings.recall_concurrency, settings.recall_queue_ms / 1000)
 
     async def before(self, ctx: ChatContext) -> None:
         scope = scope_for(ctx, self.settings)
@@ -109,19 +79,29 @@ class RecallInterceptor:
             min_similarity=self.settings.recall_min_similarity,
         )
         budget = self.settings.recall_budget_ms / 1000
-        deadline = time.monotonic() + budget
         text_only = False
 
         async def work() -> list[Any]:
+            # The budget starts once admitted: it bounds the recall's work, the gate's
+            # own bound (recall_queue_ms) the wait before it.
             nonlocal text_only
-            # Decided once the tenant's slot is free, on the budget that is left.
-            if self._vector_too_late(query, deadline - time.monotonic()):
+            if self._vector_too_late(query, budget):
                 query.use_vector = False
                 text_only = True
-            return await self.store.recall(query)
+            return await asyncio.wait_for(self.store.recall(query), budget)
 
         try:
-            results = await asyncio.wait_for(self.slots.run(scope.tenant, work), budget)
+            results, waited = await self.gate.run(scope.tenant, work)
+        except AdmissionTimeout as exc:
+            log.warning(
+                "recall not admitted within %d ms (%d waiting); answering without memories"
+                " (request %s)",
+                self.settings.recall_queue_ms,
+                self.gate.waiting,
+                ctx.request_id,
+            )
+            ctx.state["recall_wait_ms"] = exc.waited * 1000
+            return "timeout", []
         except TimeoutError:
             log.warning(
                 "recall passed its %d ms budget; answering without memories (request %s)",
@@ -132,6 +112,9 @@ class RecallInterceptor:
         except Exception:
             log.exception("recall failed; answering without memories (request %s)", ctx.request_id)
             return "error", []
+        ctx.state["recall_wait_ms"] = waited * 1000
+        if self.metrics is not None:
+            self.metrics.recall_wait.observe(waited)
         if text_only:
             return "text_only", [r.memory for r in results]
         return ("ok" if results else "empty"), [r.memory for r in results]
@@ -150,6 +133,8 @@ class RecallInterceptor:
         ctx.add_response_header("X-Memrelay-Recalled", str(len(ids)))
         ctx.add_response_header("X-Memrelay-Memory-Ids", ",".join(ids[:MAX_ID_HEADER]))
         ctx.add_response_header("X-Memrelay-Recall-Ms", f"{elapsed:.2f}")
+        if (waited := ctx.state.get("recall_wait_ms")) is not None:
+            ctx.add_response_header("X-Memrelay-Recall-Wait-Ms", f"{waited:.2f}")
 
     def response_started(self, ctx: ChatContext, status: int) -> None:
         return None
