@@ -54,7 +54,9 @@ def main() -> None:
     results["quick"] = args.quick
 
     from memory_core import FastEmbedEmbedder
+    from memory_core.blas import single_threaded_blas
 
+    single_threaded_blas()  # as `memrelay serve` does: store-level figures match the server's
     embedder = FastEmbedEmbedder()
     embedder.embed(["warm up"])
     pg = None

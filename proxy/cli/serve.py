@@ -114,6 +114,7 @@ def serve(
             why = f"with {settings.keys_file}, which holds no live key: nobody could use it. "
             why += f"Create one first (memrelay keys create --keys-file {settings.keys_file})."
         raise typer.BadParameter(f"refusing to serve {settings.host} {why}")
+    from memory_core.blas import single_threaded_blas
     from proxy.local_llm import LocalModelMissing
     from proxy.logs import configure_logging
     from proxy.preflight import PortBusy, check_port_free
@@ -125,6 +126,7 @@ def serve(
     except PortBusy as exc:
         fail(str(exc))
     check_database(settings.db)
+    single_threaded_blas()  # memory_core/blas.py: BLAS threads spin against the server's own
     try:
         application = build_app(settings)
     except LocalModelMissing as exc:
