@@ -25,7 +25,7 @@ import snowballstemmer
 from memory_core.model import Memory, severity_of
 from memory_core.rows import MEMORY_COLUMNS, memory_from_row
 from memory_core.sqlite.db import Connection
-from memory_core.sqlite.tenant_bm25 import ScopeCounts, scored_hits
+from memory_core.sqlite.tenant_bm25 import ScopeCounts, TermHits, scored_hits
 
 # Score fusion, chosen on LoCoMo's tuning half only (bench/locomo.py, conversations
 # 0-4) and kept because it also won on the held-out half (5-9): min-max normalisation
@@ -191,6 +191,7 @@ def text_search(
     k: int,
     common: CommonTerms | None = None,
     counts: ScopeCounts | None = None,
+    term_hits: TermHits | None = None,
 ) -> list[tuple[int, float]]:
     """BM25 over the tenant's active memories in the read spaces (lower is better), each
     term weighed by how rare it is among those memories, not in the whole index
@@ -203,7 +204,7 @@ def text_search(
     chosen = choose_terms(conn, terms, common)
     if not chosen:
         return []
-    return scored_hits(conn, q.tenant, q.spaces, chosen, k, counts or ScopeCounts())
+    return scored_hits(conn, q.tenant, q.spaces, chosen, k, counts or ScopeCounts(), term_hits)
 
 
 RANK_COLUMNS = "kind, confidence, subject, attribute, entities, observed_at, updated_at"

@@ -42,7 +42,7 @@ from memory_core.rows import (
 )
 from memory_core.sqlite.db import Connection, check_database_path, connect
 from memory_core.sqlite.schema import migrate
-from memory_core.sqlite.tenant_bm25 import ScopeCounts
+from memory_core.sqlite.tenant_bm25 import ScopeCounts, TermHits
 from memory_core.sqlite.threads import ConnectionThreads, transaction
 from memory_core.sqlite.vector_cache import VectorCache
 from memory_core.sqlite.vector_snapshot import SnapshotDir
@@ -68,6 +68,7 @@ class SQLiteStore(EmbeddingStore):
         self._readers: ConnectionThreads | None = None
         self._common = CommonTerms()  # stems too common for BM25, not re-counted each time
         self._scope_counts = ScopeCounts()  # each tenant's document count, for its own IDF
+        self._term_hits = TermHits()  # common terms' matches, until the next write
 
     @classmethod
     async def open(
@@ -303,7 +304,9 @@ class SQLiteStore(EmbeddingStore):
         text_task = (
             asyncio.ensure_future(
                 self.run_read(
-                    lambda c: text_search(c, query, terms, pool, self._common, self._scope_counts)
+                    lambda c: text_search(
+                        c, query, terms, pool, self._common, self._scope_counts, self._term_hits
+                    )
                 )
             )
             if terms

@@ -18,10 +18,13 @@ and which terms are too common to score at all (`choose_terms`' cost budget).
 from __future__ import annotations
 
 import math
+import threading
 import time
-from collections import defaultdict
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from memory_core.sqlite.db import Connection
 
@@ -78,6 +81,76 @@ class ScopeCounts:
         return count
 
 
+class TermHits:
+    """Each common term's matches in a scope, with FTS5's scores, kept until the next write.
+
+    Why: a term costs BM25 and a row lookup per match (about 2.4 us each), so a common
+    term costs milliseconds: the overhead benchmark's query names two topics of about
+    900 memories each, 4-5 ms of the recall. Common terms are also the ones queries keep
+    repeating (a user's name, their project). Every entry is keyed by the head of the
+    events feed: every change to what full-text search can see (a memory added,
+    superseded, forgotten, expired, moved) appends an event in the same transaction, and
+    any write anywhere invalidates all entries, since FTS5's IDF and average length are
+    shared by all tenants. Rare terms are cheap and not kept.
+    """
+
+    MIN_MATCHES = 200
+    MAX_ENTRIES = 256
+
+    def __init__(self) -> None:
+        self._entries: OrderedDict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[Any, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is not None:
+                self._entries.move_to_end(key)
+            return hit
+
+    def put(self, key: tuple[Any, ...], value: tuple[np.ndarray, np.ndarray]) -> None:
+        if len(value[0]) < self.MIN_MATCHES:
+            return
+        with self._lock:
+            self._entries[key] = value
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.MAX_ENTRIES:
+                self._entries.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def _term_matches(
+    conn: Connection,
+    tenant: str,
+    spaces: Sequence[str],
+    term: str,
+    version: int,
+    cache: TermHits | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(rowids, FTS5 scores) of the term's matches among the tenant's active memories in
+    `spaces`, from the cache when nothing was written since."""
+    key = (version, tenant, tuple(spaces), term)
+    if cache is not None and (hit := cache.get(key)) is not None:
+        return hit
+    marks = ",".join("?" * len(spaces))
+    rows = conn.execute(
+        "WITH hits AS MATERIALIZED (SELECT rowid, bm25(memory_fts) AS s FROM memory_fts"
+        " WHERE memory_fts MATCH ?)"
+        " SELECT hits.rowid, hits.s FROM hits CROSS JOIN memories m ON m.rowid = hits.rowid"
+        f" WHERE m.tenant = ? AND m.status = 'active' AND m.space IN ({marks})",
+        [f'"{term}"', tenant, *spaces],
+    ).fetchall()
+    found = (
+        np.fromiter((r for r, _ in rows), dtype=np.int64, count=len(rows)),
+        np.fromiter((s for _, s in rows), dtype=np.float64, count=len(rows)),
+    )
+    if cache is not None:
+        cache.put(key, found)
+    return found
+
+
 def scored_hits(
     conn: Connection,
     tenant: str,
@@ -85,34 +158,39 @@ def scored_hits(
     terms: Sequence[tuple[str, int]],
     k: int,
     counts: ScopeCounts,
+    cache: TermHits | None = None,
 ) -> list[tuple[int, float]]:
     """The k best (rowid, score) of the tenant's active memories in `spaces` for the
     terms (each with its row count in the whole index), lower score is better as with
-    FTS5's `bm25()`."""
-    marks = ",".join("?" * len(spaces))
-    sql = (
-        "WITH hits AS MATERIALIZED (SELECT rowid, bm25(memory_fts) AS s FROM memory_fts"
-        " WHERE memory_fts MATCH ?)"
-        " SELECT hits.rowid, hits.s FROM hits CROSS JOIN memories m ON m.rowid = hits.rowid"
-        f" WHERE m.tenant = ? AND m.status = 'active' AND m.space IN ({marks})"
-    )
+    FTS5's `bm25()`. Ties keep the order of first appearance (term by term, as matched)."""
+    version = conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0]
+    matched = [_term_matches(conn, tenant, spaces, t, version, cache) for t, _ in terms]
     if len(terms) == 1:
         # One term: its weight would be the same for every match, and recall's fusion is
         # scale-free (min-max, confidence as a ratio), so FTS5's own scores rank exactly
-        # as the tenant's would; SQLite ranks, and only k rows come back to Python.
-        ((term, _),) = terms
-        return conn.execute(
-            sql + " ORDER BY hits.s LIMIT ?", [f'"{term}"', tenant, *spaces, k]
-        ).fetchall()
+        # as the tenant's would.
+        rowids, scores = matched[0]
+        return _best(rowids, scores, k)
     rows = index_rows(conn)
     scope_rows = counts.count(conn, tenant, spaces)
-    totals: dict[int, float] = defaultdict(float)
-    for term, index_hits in terms:
-        matches: list[Any] = conn.execute(sql, [f'"{term}"', tenant, *spaces]).fetchall()
-        if not matches:
+    parts_r, parts_s = [], []
+    for (_, index_hits), (rowids, scores) in zip(terms, matched, strict=True):
+        if not len(rowids):
             continue
         # the count may be up to SCOPE_COUNT_TTL_S old: never fewer rows than matches
-        weight = idf(max(scope_rows, len(matches)), len(matches)) / idf(rows, index_hits)
-        for rowid, score in matches:
-            totals[rowid] += score * weight  # score = -idf_index * tf_part
-    return sorted(totals.items(), key=lambda item: item[1])[:k]
+        weight = idf(max(scope_rows, len(rowids)), len(rowids)) / idf(rows, index_hits)
+        parts_r.append(rowids)
+        parts_s.append(scores * weight)  # score = -idf_index * tf_part
+    if not parts_r:
+        return []
+    all_r, all_s = np.concatenate(parts_r), np.concatenate(parts_s)
+    unique, first, inverse = np.unique(all_r, return_index=True, return_inverse=True)
+    totals = np.bincount(inverse, weights=all_s, minlength=len(unique))
+    order = np.argsort(first, kind="stable")  # first appearance, as the rows came
+    return _best(unique[order], totals[order], k)
+
+
+def _best(rowids: np.ndarray, scores: np.ndarray, k: int) -> list[tuple[int, float]]:
+    """The k lowest scores, lowest first; ties in their given order."""
+    order = np.argsort(scores, kind="stable")[:k]
+    return [(int(r), float(s)) for r, s in zip(rowids[order], scores[order], strict=True)]
