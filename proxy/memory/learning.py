@@ -165,6 +165,10 @@ class ExtractionInterceptor:
             if self.metrics is not None:
                 self.metrics.learning.labels(ctx.state[STATUS]).inc()
 
+    def wants_answer(self, ctx: ChatContext) -> bool:
+        """Only an exchange queued for learning needs its answer read."""
+        return ctx.state.get(STATUS) == "queued"
+
     async def answer_complete(self, ctx: ChatContext, exchange: Exchange) -> None:
         """The whole answer is known and its last bytes not yet sent: make the job real."""
         job_id = ctx.state.get(JOB)

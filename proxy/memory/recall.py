@@ -139,5 +139,8 @@ class RecallInterceptor:
     def response_started(self, ctx: ChatContext, status: int) -> None:
         return None
 
+    def wants_answer(self, ctx: ChatContext) -> bool:
+        return False
+
     async def after(self, ctx: ChatContext, exchange: Exchange) -> None:
         return None

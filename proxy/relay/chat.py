@@ -31,7 +31,7 @@ from proxy.relay.downstream import BodyTooLarge, Downstream
 from proxy.relay.errors import send_error
 from proxy.relay.exchange import Exchange
 from proxy.relay.headers import replace_header, request_headers_for_upstream
-from proxy.relay.hooks import CHAT_API, ChatContext, ChatInterceptor, RequestRejected
+from proxy.relay.hooks import CHAT_API, ChatContext, ChatInterceptor, RequestRejected, wants_answer
 from proxy.relay.json_input import BadJSON
 from proxy.relay.stream import DecodingTap, relay_response
 from proxy.relay.template_fallback import (
@@ -233,7 +233,7 @@ class ChatCompletions:
             streamed=streamed,
             request_id=ctx.request_id,
         )
-        if not success:
+        if not success or not any(wants_answer(i, ctx) for i in self.interceptors):
             await relay_response(send, response, ctx.response_headers, deadline=deadline)
             return None
         if streamed:

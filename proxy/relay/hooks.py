@@ -106,3 +106,11 @@ class ChatInterceptor(Protocol):
 
     async def after(self, ctx: ChatContext, exchange: Exchange) -> None:
         """In the background, once a 2xx answer reached the client in full."""
+
+
+def wants_answer(interceptor: object, ctx: ChatContext) -> bool:
+    """Whether `interceptor` needs this request's answer assembled (its optional
+    `wants_answer(ctx)`; one without it always gets it). When none does, the relay
+    forwards the bytes without reading them: no side parser, no exchange, no `after`."""
+    wants = getattr(interceptor, "wants_answer", None)
+    return True if wants is None else bool(wants(ctx))

@@ -38,6 +38,9 @@ class RecallTally:
             counts = self.by_tenant[scope.tenant] = Counter()
         counts[recalled.decode("latin-1")] += 1
 
+    def wants_answer(self, ctx: ChatContext) -> bool:
+        return False
+
     async def after(self, ctx: ChatContext, exchange: Exchange) -> None:
         return None
 
