@@ -298,15 +298,17 @@ class SQLiteStore(EmbeddingStore):
         pool = max(query.top_k * 4, 40)
         now = time.time()
         # Full-text search needs no vector: it runs on a reader thread while the query is
-        # embedded, and goes on while a second reader scans the vectors (numpy, SQLite
-        # and ONNX all release the GIL, so two cores work). Every candidate then passes
-        # the SQL guard, so the two searches need not share a snapshot.
-        text_task = (
-            asyncio.ensure_future(
-                self.run_read(
-                    lambda c: text_search(
-                        c, query, terms, pool, self._common, self._scope_counts, self._term_hits
-                    )
+        # embedded (SQLite and ONNX release the GIL, so two cores work). Then one more
+        # reader job scans the vectors, takes the text hits (started earlier, so running
+        # or done) and ranks: one thread hop after the embedding, not two. Every
+        # candidate passes the SQL guard, so the two searches need not share a snapshot.
+        readers = self._readers
+        if readers is None:
+            raise RuntimeError("the store is not open")
+        text_job = (
+            readers.submit(
+                lambda c: text_search(
+                    c, query, terms, pool, self._common, self._scope_counts, self._term_hits
                 )
             )
             if terms
@@ -314,18 +316,14 @@ class SQLiteStore(EmbeddingStore):
         )
         try:
             vector = await self.embed_query(query, text) if query.use_vector else None
-            vector_hits = (
-                await self.run_read(lambda c: self._knn(c, query, vector, pool))
-                if vector is not None
-                else []
-            )
-            text_hits = await text_task if text_task is not None else []
         except BaseException:
-            if text_task is not None:
-                text_task.cancel()
+            if text_job is not None:
+                text_job.cancel()
             raise
 
         def search(conn: Connection) -> list[Recalled]:
+            vector_hits = self._knn(conn, query, vector, pool) if vector is not None else []
+            text_hits = text_job.result() if text_job is not None else []
             rowids = list({r for r, _ in vector_hits} | {r for r, _ in text_hits})
             facts = load_rank_facts(conn, query, rowids, now)
             ranked = rank(query, vector_hits, text_hits, facts, now)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
@@ -41,6 +41,11 @@ class ConnectionThreads:
     async def run(self, fn: Callable[[Connection], T]) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, lambda: fn(self._connection()))
+
+    def submit(self, fn: Callable[[Connection], T]) -> Future[T]:
+        """Start `fn(conn)` on a pool thread; a job submitted later may wait for it
+        (the queue is first in, first out: it is running or done by then)."""
+        return self._pool.submit(lambda: fn(self._connection()))
 
     def run_sync(self, fn: Callable[[Connection], T]) -> T:
         return self._pool.submit(lambda: fn(self._connection())).result()
