@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
+from typing import Any
 
 from proxy.edge.identity import LOG_FIELDS
 from proxy.relay.timing import REQUEST_ID_VAR
@@ -27,8 +29,22 @@ class JSONFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
+class CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever `sys.stderr` is when a record is written, not when the handler
+    was made: a CLI runner (tests, embedding apps) swaps stderr and closes its stand-in,
+    and a handler holding the closed one printed "--- Logging error ---" ever after."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
 def configure_logging(level: str) -> None:
-    handler = logging.StreamHandler()
+    handler = CurrentStderr()
     handler.setFormatter(JSONFormatter())
     root = logging.getLogger()
     root.handlers = [handler]
