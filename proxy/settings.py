@@ -189,6 +189,12 @@ class Settings(BaseSettings):
         ),
     )
 
+    upstream_transport: Literal["aiohttp", "httpx"] = Field(
+        default="aiohttp",
+        description="HTTP/1.1 engine under the upstream client: aiohttp (C parser, less"
+        " event-loop time per request) or httpx's own (pure Python); same wire behaviour.",
+    )
+
     @field_validator("ignore_patterns")
     @classmethod
     def _compile(cls, patterns: list[str]) -> list[str]:
