@@ -317,6 +317,20 @@ def test_the_upstream_receives_the_same_bytes_from_either_transport(
     assert head.head.startswith(b"HEAD ")
 
 
+def test_a_body_under_expect_100_continue_is_sent_at_once(
+    up: RawUpstream, start_relay: Callable[..., ServedApp], transport: str, client: httpx.Client
+) -> None:
+    """httpx never waits for `100 Continue`; an upstream that does not send one (it reads
+    the body first) must not leave the request hanging until the first-byte timeout."""
+    relay = start_relay(transport, first_byte_timeout=3)
+    response = client.post(
+        relay.url + "/v1/files", content=b"x" * 5000, headers={"Expect": "100-continue"}
+    )
+    assert response.status_code == 200
+    assert up.requests[0].header(b"expect") == [b"100-continue"]
+    assert up.requests[0].body == b"x" * 5000
+
+
 # -- the response, byte for byte ---------------------------------------------------------
 
 

@@ -8,7 +8,8 @@ module corrects where its transport differs from httpx's own in ways the relay r
   protocol error (502), a refused connection a ConnectError (502, retried), only a timeout
   is a timeout (504); the package maps every connection error to ConnectTimeout;
 - the request leaves as httpx built it: header case and repeated headers kept, target not
-  re-quoted, and nothing added (no aiohttp Content-Type, User-Agent or `Content-Length: 0`);
+  re-quoted, nothing added (no aiohttp Content-Type, User-Agent or `Content-Length: 0`),
+  and the body sent at once under `Expect: 100-continue`;
 - no cookie jar and no hidden retry: the client is shared by every tenant, and retries
   happen in `Upstream.open` only;
 - an idle connection the upstream has closed is not reused (its socket is polled first,
@@ -78,9 +79,13 @@ def mapped_errors() -> Iterator[None]:
 
 
 class _AsBuiltRequest(aiohttp.ClientRequest):
-    """Keeps aiohttp from adding `Content-Length: 0` to a bodiless DELETE (or any method
-    outside GET/HEAD/OPTIONS/TRACE); httpx sends it only for POST, PUT and PATCH, and has
-    already put it among the headers then."""
+    """The request as httpx sends it: no `Content-Length: 0` on a bodiless DELETE (or any
+    method outside GET/HEAD/OPTIONS/TRACE; httpx has already set it for POST, PUT and
+    PATCH), and the body at once even under `Expect: 100-continue` (forwarded from the
+    client; aiohttp would hold the body until a `100 Continue` some servers never send)."""
+
+    def update_expect_continue(self, expect: bool = False) -> None:
+        return None  # the header, if given, goes out as given
 
     def update_body_from_data(self, body: Any, *args: Any, **kwargs: Any) -> None:
         had_length = hdrs.CONTENT_LENGTH in self.headers
