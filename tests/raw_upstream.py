@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import struct
 import threading
 from collections import deque
@@ -100,7 +101,8 @@ class RawUpstream:
     """A loopback HTTP/1.1 server on raw sockets, in a thread; answers scripted actions in
     order, then `default`."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
+        self.tls = tls
         self.requests: list[RawRequest] = []
         self.script: deque[Action] = deque()
         self.connections = 0
@@ -112,7 +114,7 @@ class RawUpstream:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     async def default(self, reader: Any, writer: asyncio.StreamWriter, req: RawRequest) -> bool:
         body = b'{"id":"x","object":"chat.completion","choices":[]}'
@@ -168,7 +170,7 @@ class RawUpstream:
         started = threading.Event()
 
         async def main() -> None:
-            self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+            self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls)
             self.port = self.server.sockets[0].getsockname()[1]
             started.set()
 

@@ -12,6 +12,8 @@ import gc
 import gzip
 import os
 import socket
+import ssl
+import subprocess
 import threading
 import time
 import warnings
@@ -394,6 +396,29 @@ def test_a_body_cut_mid_way_reaches_the_client_as_a_cut(
             for chunk in response.iter_raw():
                 got += chunk
     assert got == event
+
+
+def test_an_upstream_certificate_nobody_vouches_for_is_refused(
+    start_relay: Callable[..., ServedApp], transport: str, client: httpx.Client, tmp_path: Any
+) -> None:
+    """TLS is verified under both engines: a self-signed upstream is a 502, never served."""
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-subj", "/CN=localhost", "-keyout", str(key), "-out", str(cert)),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(cert, key)
+    with RawUpstream(tls) as up:
+        relay = start_relay(transport, upstream_url=f"https://localhost:{up.port}/v1")
+        response = client.post(relay.url + "/v1/chat/completions", json=CHAT)
+    assert _error(response) == (502, "upstream_unreachable")
+    assert "CERTIFICATE_VERIFY_FAILED" in response.json()["error"]["message"]
+    assert up.requests == []
 
 
 # -- the pool ------------------------------------------------------------------------------
