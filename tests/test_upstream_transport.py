@@ -517,6 +517,26 @@ def test_the_pool_limit_counts_every_connection(
 # -- state the shared client must not keep --------------------------------------------------
 
 
+def test_waiting_for_a_pooled_connection_past_the_timeout_is_a_504(
+    up: RawUpstream, start_relay: Callable[..., ServedApp], transport: str
+) -> None:
+    release = threading.Event()
+    up.script.append(then_wait(b"", release, http_response(body=b"{}")))
+    relay = start_relay(transport, pool_connections=1, connect_timeout=0.3)
+
+    async def run() -> tuple[int, tuple[int, str]]:
+        async with httpx.AsyncClient(timeout=20) as c:
+            url = relay.url + "/v1/chat/completions"
+            first = asyncio.ensure_future(c.post(url, json=CHAT))
+            await asyncio.to_thread(until, lambda: len(up.requests) == 1)
+            second = await c.post(url, json=CHAT)  # no connection frees up in time
+            release.set()
+            return (await first).status_code, _error(second)
+
+    assert asyncio.run(run()) == (200, (504, "upstream_timeout"))
+    assert len(up.requests) == 1
+
+
 def test_an_upstream_cookie_never_rides_on_a_later_request(
     up: RawUpstream, start_relay: Callable[..., ServedApp], transport: str, client: httpx.Client
 ) -> None:
