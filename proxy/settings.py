@@ -206,6 +206,11 @@ class Settings(BaseSettings):
             " memories (status `timeout`). 0: never wait when every turn is taken."
         ),
     )
+    upstream_transport: Literal["aiohttp", "httpx"] = Field(
+        default="aiohttp",
+        description="HTTP/1.1 engine under the upstream client: aiohttp (C parser, less"
+        " event-loop time per request) or httpx's own (pure Python); same wire behaviour.",
+    )
 
     @field_validator("ignore_patterns")
     @classmethod

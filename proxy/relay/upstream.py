@@ -1,5 +1,8 @@
 """The upstream seam: one pooled httpx client, URL joining, timeouts and bounded retries.
 
+The client speaks httpx's API over aiohttp's HTTP/1.1 engine by default
+(`MEMRELAY_UPSTREAM_TRANSPORT=httpx` selects httpx's own); see aiohttp_transport.py.
+
 Retries happen only here and only before the response is handed back, so no byte has
 reached the client yet: connect errors, 429 and 502/503/504, with jittered backoff that
 honours Retry-After up to a cap.
@@ -11,6 +14,7 @@ import email.utils
 import time
 from collections.abc import AsyncIterable
 from datetime import UTC, datetime
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 
 import anyio
 import httpx
@@ -22,6 +26,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from proxy.relay.aiohttp_transport import RelayAiohttpTransport
 from proxy.settings import Settings
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
@@ -75,6 +80,37 @@ def retry_after_seconds(headers: httpx.Headers, now: float | None = None) -> flo
     return max(0.0, (when - now_dt).total_seconds())
 
 
+def build_client(settings: Settings) -> httpx.AsyncClient:
+    """The shared upstream client: httpx's API over the configured HTTP/1.1 engine.
+
+    No redirects, no proxy or CA settings from the environment, and no cookie jar: the
+    client serves every tenant, so an upstream's Set-Cookie must never ride along on
+    someone else's request (httpx keeps a jar per client by default).
+    """
+    timeout = httpx.Timeout(
+        connect=settings.connect_timeout,
+        read=settings.first_byte_timeout,
+        write=settings.first_byte_timeout,
+        pool=settings.connect_timeout,
+    )
+    limits = httpx.Limits(
+        max_connections=settings.pool_connections,
+        max_keepalive_connections=settings.pool_connections,
+        keepalive_expiry=30,
+    )
+    transport = None
+    if settings.upstream_transport == "aiohttp":
+        transport = RelayAiohttpTransport(limits)
+    return httpx.AsyncClient(
+        timeout=timeout,
+        limits=limits,
+        transport=transport,
+        follow_redirects=False,
+        trust_env=False,
+        cookies=CookieJar(DefaultCookiePolicy(allowed_domains=[])),  # accepts none
+    )
+
+
 class Upstream:
     """Sends requests to the configured upstream through one shared, pooled client."""
 
@@ -83,21 +119,7 @@ class Upstream:
             raise ValueError("no upstream URL configured")
         self.settings = settings
         self.root = upstream_root(settings.upstream_url)
-        self.client = client or httpx.AsyncClient(
-            timeout=httpx.Timeout(
-                connect=settings.connect_timeout,
-                read=settings.first_byte_timeout,
-                write=settings.first_byte_timeout,
-                pool=settings.connect_timeout,
-            ),
-            limits=httpx.Limits(
-                max_connections=settings.pool_connections,
-                max_keepalive_connections=settings.pool_connections,
-                keepalive_expiry=30,
-            ),
-            follow_redirects=False,
-            trust_env=False,
-        )
+        self.client = client or build_client(settings)
 
     async def aclose(self) -> None:
         await self.client.aclose()
