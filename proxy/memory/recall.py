@@ -16,6 +16,7 @@ from typing import Any
 
 from memory_core.injection import render
 from memory_core.recall import RecallQuery, clean_query
+from memory_core.standing_rules import StandingPolicy, with_standing_rules
 from memory_core.store import MemoryStore
 from proxy.memory.conversation import recall_query
 from proxy.memory.scoping import MemoryScope, scope_for
@@ -71,6 +72,11 @@ class RecallInterceptor:
         self.settings = settings
         self.metrics = metrics
         self.slots = TenantSlots()
+        self.standing = StandingPolicy(
+            slots=settings.recall_rule_slots,
+            min_similarity=settings.recall_rule_min_similarity,
+            few=settings.recall_rule_few,
+        )
 
     async def before(self, ctx: ChatContext) -> None:
         scope = scope_for(ctx, self.settings)
@@ -118,7 +124,8 @@ class RecallInterceptor:
             if self._vector_too_late(query, deadline - time.monotonic()):
                 query.use_vector = False
                 text_only = True
-            return await self.store.recall(query)
+            results = await self.store.recall(query)
+            return await with_standing_rules(self.store, query, results, self.standing)
 
         try:
             results = await asyncio.wait_for(self.slots.run(scope.tenant, work), budget)
