@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import statistics
 import tempfile
@@ -283,7 +284,12 @@ def render(result: dict[str, Any]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--distractors", type=int, default=10_000)
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="locomo10.json")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=Path(os.environ.get("MEMRELAY_LOCOMO", DEFAULT_DATA)),
+        help="locomo10.json (default: $MEMRELAY_LOCOMO or ../shared/bench-data)",
+    )
     parser.add_argument("--out", type=Path, help="also write the JSON result here")
     parser.add_argument("--grid", action="store_true", help="score the policy grid too")
     args = parser.parse_args()
