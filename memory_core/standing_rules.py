@@ -22,7 +22,9 @@ on Postgres the lookup is one SQL statement of its own.
 
 from __future__ import annotations
 
+import threading
 import time
+import weakref
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -75,16 +77,24 @@ async def with_standing_rules(
     vector = cached_query_vector(store, query)
     if vector is None:
         return results
-    found = await candidates(store, query, vector, policy.slots + query.top_k)
+    present = sum(1 for r in results[: query.top_k] if r.memory.kind in STANDING_KINDS)
+    found = await candidates(store, query, vector, policy.slots + present, policy)
     return merge(results, found, query.top_k, policy)
 
 
-async def candidates(store: Any, query: RecallQuery, vector: np.ndarray, k: int) -> Candidates:
-    """The `k` standing rules of the query's tenant and read spaces nearest `vector`."""
+async def candidates(
+    store: Any,
+    query: RecallQuery,
+    vector: np.ndarray,
+    k: int,
+    policy: StandingPolicy | None = None,
+) -> Candidates:
+    """The `k` standing rules of the query's tenant and read spaces nearest `vector`
+    (with `policy`, only those it could add: fewer rows for the guard to read)."""
     now = time.time()
     if isinstance(store, SQLiteStore):
         return await store.run_read(
-            lambda conn: _sqlite_candidates(store, conn, query, vector, k, now)
+            lambda conn: _sqlite_candidates(store, conn, query, vector, k, now, policy)
         )
     from memory_core.postgres.store import PostgresStore  # psycopg loads only when used
 
@@ -135,7 +145,13 @@ def _weakest(out: list[Recalled], similarity: float, margin: float) -> int | Non
 
 
 def _sqlite_candidates(
-    store: Any, conn: Any, query: RecallQuery, vector: np.ndarray, k: int, now: float
+    store: Any,
+    conn: Any,
+    query: RecallQuery,
+    vector: np.ndarray,
+    k: int,
+    now: float,
+    policy: StandingPolicy | None = None,
 ) -> Candidates:
     cache = getattr(store, "_cache", None)
     if cache is None:  # vec0 KNN mode: the kind filter runs inside sqlite-vec
@@ -144,6 +160,8 @@ def _sqlite_candidates(
         in_scope = _count_in_scope(conn, query)
     else:
         hits, in_scope = _cache_hits(cache, conn, query, vector, k)
+    if policy is not None and in_scope > policy.few:
+        hits = [hit for hit in hits if hit[1] >= policy.min_similarity]
     return Candidates(_guarded(conn, query, hits, now), in_scope)
 
 
@@ -170,13 +188,18 @@ def _cache_hits(
         return [(int(vectors.rowids[rows[i]]), float(scores[i])) for i in top], len(rows)
 
 
-_ROWS: dict[int, tuple[tuple[int, int, int], np.ndarray]] = {}
+# Per tenant copy (dropped with it): its version and the rows of standing kinds.
+_ROWS: weakref.WeakKeyDictionary[Any, tuple[tuple[int, int, int], np.ndarray]] = (
+    weakref.WeakKeyDictionary()
+)
+_ROWS_LOCK = threading.Lock()
 
 
 def _standing_rows(vectors: Any) -> np.ndarray:
     """Live rows of standing kinds in one tenant's copy (memoised per version)."""
     version = (vectors.seq, vectors.size, len(vectors.codes))
-    memo = _ROWS.get(id(vectors))
+    with _ROWS_LOCK:
+        memo = _ROWS.get(vectors)
     if memo is not None and memo[0] == version:
         return memo[1]
     n = vectors.size
@@ -187,9 +210,8 @@ def _standing_rows(vectors: Any) -> np.ndarray:
         lookup = np.zeros(len(vectors.codes) + 1, dtype=bool)
         lookup[codes] = True
         rows = np.flatnonzero(vectors.alive[:n] & lookup[vectors.kinds[:n]])
-    if len(_ROWS) > 4096:
-        _ROWS.clear()
-    _ROWS[id(vectors)] = (version, rows)
+    with _ROWS_LOCK:
+        _ROWS[vectors] = (version, rows)
     return rows
 
 
