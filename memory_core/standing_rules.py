@@ -109,10 +109,12 @@ async def candidates(
 def merge(
     results: list[Recalled], found: Candidates, top_k: int, policy: StandingPolicy
 ) -> list[Recalled]:
-    """Up to `policy.slots` rules not already in `results` replace its weakest entries
-    that are not standing rules themselves and not clearly closer to the query."""
+    """Up to `policy.slots` rules not already in `results` replace its weakest entries:
+    only among its last `slots` places (the first `top_k - slots` always stay), and
+    never a standing rule or a fact clearly closer to the query."""
     out = list(results[:top_k])
     present = {r.memory.id for r in out}
+    kept = {r.memory.id for r in out[: max(0, top_k - policy.slots)]}
     few = found.in_scope <= policy.few
     added = 0
     for memory, similarity in found.rules:
@@ -121,7 +123,7 @@ def merge(
         if memory.id in present or (not few and similarity < policy.min_similarity):
             continue
         if len(out) >= top_k:
-            victim = _weakest(out, similarity, policy.margin)
+            victim = _weakest(out, kept, similarity, policy.margin)
             if victim is None:
                 break  # every remaining place holds a rule or a clearly better fact
             out.pop(victim)
@@ -132,10 +134,12 @@ def merge(
     return out
 
 
-def _weakest(out: list[Recalled], similarity: float, margin: float) -> int | None:
+def _weakest(out: list[Recalled], kept: set[str], similarity: float, margin: float) -> int | None:
     """Index of the last entry a rule of `similarity` may take, or None."""
     for index in range(len(out) - 1, -1, -1):
         result = out[index]
+        if result.memory.id in kept:
+            return None  # the places above are not the rules' to take
         if result.breakdown.get("standing_slot") or result.memory.kind in STANDING_KINDS:
             continue
         if result.breakdown.get("vector_similarity", -1.0) >= similarity + margin:

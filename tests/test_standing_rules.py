@@ -81,6 +81,10 @@ def test_reserved_places_never_exceed_the_setting(store, run):
         assert len(added) == slots
         assert len(merged) == 4
         assert all(r.memory.kind in STANDING_KINDS for r in added)
+        # Only the last `slots` places are taken: the first ones stay, in order.
+        assert [r.memory.id for r in merged[: 4 - slots]] == [
+            r.memory.id for r in plain[: 4 - slots]
+        ]
     # A fact clearly closer to the request than every rule is never pushed out.
     strict = StandingPolicy(slots=3, min_similarity=-1.0, few=0, margin=-1.0)
     merged = run(with_standing_rules(store, query, plain, strict))
@@ -178,3 +182,37 @@ def test_the_proxy_injects_the_rule(fake, memory_proxy):
         system = fake.chat_requests()[-1].json()["messages"][0]["content"]
         assert (RULE in system) is expected, system
         assert ("Rules remembered" in system) is expected  # the constraint block
+
+
+def test_the_best_places_are_never_taken(tmp_path, embedder):
+    """A rule takes only one of the last `slots` places: here those hold facts clearly
+    closer to the request, so the text-only best hit above them stays too."""
+    import asyncio
+
+    from memory_core import SQLiteStore
+    from memory_core.recall import Recalled
+    from memory_core.standing_rules import Candidates, merge
+
+    async def scenario() -> None:
+        store = await SQLiteStore.open(tmp_path / "m.db", embedder)
+        try:
+            facts = await store.add_many("acme", "default", [NewMemory(f) for f in FACTS[:3]])
+            rule = await store.add("acme", "default", NewMemory(RULE, kind="constraint"))
+        finally:
+            await store.close()
+        results = [
+            Recalled(facts[0], 0.9, {"text_rank": 1}),  # found by its words alone
+            Recalled(facts[1], 0.8, {"vector_similarity": 0.9}),
+            Recalled(facts[2], 0.7, {"vector_similarity": 0.9}),
+        ]
+        found = Candidates([(rule, 0.5)], in_scope=10)
+        policy = StandingPolicy(slots=1, min_similarity=0.2, few=0, margin=0.3)
+        assert merge(results, found, 3, policy) == results
+        closer = Candidates([(rule, 0.65)], in_scope=10)  # now within the margin
+        assert [r.memory.id for r in merge(results, closer, 3, policy)] == [
+            facts[0].id,
+            facts[1].id,
+            rule.id,
+        ]
+
+    asyncio.run(scenario())
