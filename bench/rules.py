@@ -58,7 +58,7 @@ CONTROL_QUESTIONS = 200  # LoCoMo questions (all conversations), a sample fixed 
 POLICIES = {
     "default": StandingPolicy(),
     "slots=1": StandingPolicy(slots=1),
-    "slots=3": StandingPolicy(slots=3),
+    "slots=2": StandingPolicy(slots=2),
     "slots=4": StandingPolicy(slots=4),
     "floor=0.15": StandingPolicy(min_similarity=0.15),
     "floor=0.35": StandingPolicy(min_similarity=0.35),

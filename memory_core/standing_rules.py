@@ -47,7 +47,7 @@ class StandingPolicy:
     places, fewer places on a tie. The floor is what keeps facts safe there (0.15 found
     more rules and lost facts). `few` is not measured there (75 rules in one tenant)."""
 
-    slots: int = 2  # at most this many memories added to the result list by this path
+    slots: int = 3  # at most this many memories added to the result list by this path
     min_similarity: float = 0.25  # a rule below this similarity is not added...
     few: int = 3  # ...unless the tenant has at most this many standing rules in scope
     margin: float = 0.3  # a fact this much closer to the query than the rule stays

@@ -190,7 +190,7 @@ class Settings(BaseSettings):
     )
     # issue 17: standing rules (constraints, preferences, mistakes) get their own recall path
     recall_rule_slots: int = Field(
-        default=2,
+        default=3,
         ge=0,
         le=100,
         description=(

@@ -216,3 +216,24 @@ def test_the_best_places_are_never_taken(tmp_path, embedder):
         ]
 
     asyncio.run(scenario())
+
+
+def test_postgres_finds_standing_rules_by_index(pg_server, embedder):
+    """The Postgres lookup reads the tenant's standing rules through their own index
+    (schema step 4), not every memory of the tenant."""
+    import asyncio
+
+    from memory_core.postgres.store import PostgresStore
+
+    async def scenario() -> None:
+        store = await PostgresStore.open(pg_server.new_database(), embedder)
+        try:
+            assert store.schema_version >= 4
+            rows = await store.fetch(
+                "SELECT indexdef FROM pg_indexes WHERE indexname = 'memories_standing'"
+            )
+            assert rows and "(tenant, kind)" in rows[0][0] and "active" in rows[0][0]
+        finally:
+            await store.close()
+
+    asyncio.run(scenario())
