@@ -22,6 +22,7 @@ on Postgres the lookup is one SQL statement of its own.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import weakref
@@ -36,6 +37,7 @@ from memory_core.rows import MEMORY_COLUMNS, MEMORY_FIELDS, memory_from_row
 from memory_core.sqlite.store import SQLiteStore
 
 STANDING_KINDS = ("constraint", "preference", "error")
+log = logging.getLogger("memrelay.memory")
 
 
 @dataclass(frozen=True)
@@ -74,14 +76,19 @@ async def with_standing_rules(
     store: Any, query: RecallQuery, results: list[Recalled], policy: StandingPolicy
 ) -> list[Recalled]:
     """`results` (the hybrid recall's, best first) with up to `policy.slots` standing
-    rules merged in; unchanged when there is no cached query vector or no room."""
+    rules merged in; unchanged when there is no cached query vector or no room, and
+    when the lookup fails (logged): a rule missed must not cost the facts found."""
     if policy.slots <= 0 or query.top_k <= 0 or not query.spaces:
         return results
     vector = cached_query_vector(store, query)
     if vector is None:
         return results
     present = sum(1 for r in results[: query.top_k] if r.memory.kind in STANDING_KINDS)
-    found = await candidates(store, query, vector, policy.slots + present, policy)
+    try:
+        found = await candidates(store, query, vector, policy.slots + present, policy)
+    except Exception:  # the hybrid recall succeeded: its results still go out
+        log.exception("standing-rule lookup failed; the hybrid recall's results stand alone")
+        return results
     return merge(results, found, query.top_k, policy)
 
 

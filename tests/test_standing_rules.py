@@ -237,3 +237,23 @@ def test_postgres_finds_standing_rules_by_index(pg_server, embedder):
             await store.close()
 
     asyncio.run(scenario())
+
+
+def test_a_failed_lookup_leaves_the_hybrid_results(tmp_path, embedder, caplog):
+    """The store closes between the hybrid recall and the lookup: the lookup fails
+    (logged) and the recall's own results still come back."""
+    import asyncio
+
+    from memory_core import SQLiteStore
+
+    async def scenario() -> None:
+        store = await SQLiteStore.open(tmp_path / "m.db", embedder)
+        await store.add_many("acme", "default", [NewMemory(f) for f in FACTS])
+        await store.add("acme", "default", NewMemory(RULE, kind="constraint"))
+        query = RecallQuery("acme", ["default"], REQUEST, top_k=3)
+        plain = await store.recall(query)
+        await store.close()
+        assert await with_standing_rules(store, query, plain, POLICY) == plain
+
+    asyncio.run(scenario())
+    assert "standing-rule lookup failed" in caplog.text
