@@ -80,6 +80,8 @@ async def with_standing_rules(
     when the lookup fails (logged): a rule missed must not cost the facts found."""
     if policy.slots <= 0 or query.top_k <= 0 or not query.spaces:
         return results
+    if query.kinds or query.subject:
+        return results  # a recall narrowed by its caller gets only what it asked for
     vector = cached_query_vector(store, query)
     if vector is None:
         return results

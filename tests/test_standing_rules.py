@@ -58,6 +58,9 @@ def test_the_path_finds_the_rule_the_hybrid_misses(store, run):
     added = [r for r in merged if r.breakdown.get("standing_slot")]
     assert [r.memory.id for r in added] == [seeded["rule"].id]  # the others are too far
     assert added[0].breakdown["standing_similarity"] >= POLICY.min_similarity
+    # A recall narrowed to some kinds or a subject gets nothing else.
+    narrowed = replace_kinds(query, ["fact", "note"])
+    assert run(with_standing_rules(store, narrowed, plain, POLICY)) == plain
     # Off: the hybrid's results as they were.
     off = run(with_standing_rules(store, query, plain, StandingPolicy(slots=0)))
     assert [r.memory.id for r in off] == [r.memory.id for r in plain]
