@@ -12,51 +12,20 @@ text is not added twice.
 
 from __future__ import annotations
 
-import hashlib
-import re
 from dataclasses import replace
 from typing import Any
 
 from extraction.facts import Fact
 from extraction.reconcile import Outcome, Reconciler
-from memory_core.model import MAX_CONTENT_CHARS, normalise_content
+from memory_core.long_text import (  # the splitter lives in memory_core: import uses it too
+    MAX_LONG_CHARS,
+    PART_CHARS,
+    is_long,
+    long_source,
+    split_text,
+)
 
-PART_CHARS = 2_000
-MAX_LONG_CHARS = 200_000  # the admin API's limit for one request's content
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-
-
-def split_text(text: str, limit: int = PART_CHARS) -> list[str]:
-    """`text` (whitespace normalised) in parts of at most `limit` characters, cut after
-    a sentence where possible, else between words, else inside a word."""
-    text = normalise_content(text)
-    parts: list[str] = []
-    current = ""
-    for piece in _pieces(text, limit):
-        if current and len(current) + 1 + len(piece) > limit:
-            parts.append(current)
-            current = piece
-        else:
-            current = f"{current} {piece}" if current else piece
-    if current:
-        parts.append(current)
-    return parts
-
-
-def _pieces(text: str, limit: int) -> list[str]:
-    """Sentences, with any longer than `limit` broken into words, and words into slices."""
-    out: list[str] = []
-    for sentence in _SENTENCE_END.split(text):
-        if len(sentence) <= limit:
-            out.append(sentence)
-            continue
-        for word in sentence.split(" "):
-            out += [word[i : i + limit] for i in range(0, len(word), limit)] or [word]
-    return [p for p in out if p]
-
-
-def is_long(content: str) -> bool:
-    return len(normalise_content(content)) > MAX_CONTENT_CHARS
+__all__ = ["MAX_LONG_CHARS", "PART_CHARS", "apply_long", "is_long", "split_text"]
 
 
 async def apply_long(
@@ -72,7 +41,7 @@ async def apply_long(
     if not is_long(fact.content):
         return [await reconciler.apply(tenant, space, fact, provenance, **options)]
     parts = split_text(fact.content)
-    source = hashlib.sha256(normalise_content(fact.content).encode()).hexdigest()[:16]
+    source = long_source(fact.content)
     store = reconciler.store
     outcomes = []
     for number, part in enumerate(parts, start=1):

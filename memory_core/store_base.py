@@ -103,8 +103,8 @@ class EmbeddingStore:
         batch: list[tuple[int, dict[str, Any]]] = []
         for number, line in enumerate(lines, start=1):
             record = transfer.parse_line(line, number, result)
-            if record is not None:
-                batch.append((number, record))
+            if record is not None:  # a long record becomes its parts
+                batch += [(number, r) for r in transfer.split_long(record, number, result)]
             if len(batch) >= IMPORT_BATCH:
                 await self._import_batch(tenant, batch, result)
                 batch = []

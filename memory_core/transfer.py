@@ -9,6 +9,7 @@ import numpy as np
 
 from memory_core import lifecycle
 from memory_core.errors import InvalidInput
+from memory_core.long_text import MAX_LONG_CHARS, is_long, long_source, split_text
 from memory_core.model import STATUSES, Event, Memory, NewMemory, validate_id
 from memory_core.rows import (
     EVENT_COLUMNS,
@@ -68,6 +69,49 @@ def parse_line(line: str, number: int, result: ImportResult) -> dict[str, Any] |
         result.errors.append(f"line {number}: missing id or unknown status")
         return None
     return record
+
+
+def split_long(record: dict[str, Any], number: int, result: ImportResult) -> list[dict[str, Any]]:
+    """A record whose content is longer than one memory holds, as one record per part
+    (cut as remember cuts it: memory_core/long_text.py), else the record itself.
+
+    Part 1 keeps the record's id (links to it from other records still resolve) and
+    its history; part n is `<id>.part<n>` (so importing twice adds nothing). Every part
+    carries the `long_source` id, its position and the count in its provenance, and no
+    subject/attribute slot (parts of one text are not versions of one fact). Past
+    MAX_LONG_CHARS the record is refused with a line error, as the admin API refuses it.
+    """
+    content = record.get("content")
+    if not isinstance(content, str) or not is_long(content):
+        return [record]
+    if len(content) > MAX_LONG_CHARS:
+        result.errors.append(
+            f"line {number}: content is longer than {MAX_LONG_CHARS:,} characters"
+            " (longer texts are refused, not cut)"
+        )
+        return []
+    parts = split_text(content)
+    source = long_source(content)
+    provenance = record.get("provenance")
+    provenance = list(provenance) if isinstance(provenance, list) else []
+    out = []
+    for position, part in enumerate(parts, start=1):
+        piece = {
+            **record,
+            "content": part,
+            "subject": None,
+            "attribute": None,
+            "value": None,
+            "provenance": [
+                *provenance,
+                {"long_source": source, "part": position, "parts": len(parts)},
+            ],
+        }
+        if position > 1:
+            piece["id"] = f"{record['id']}.part{position}"
+            piece["events"] = []  # event ids are unique: the history stays with part 1
+        out.append(piece)
+    return out
 
 
 def import_records(

@@ -188,6 +188,29 @@ class Settings(BaseSettings):
             " full-text only and says `text_only`. 1 never skips the vector side."
         ),
     )
+    # issue 17: standing rules (constraints, preferences, mistakes) get their own recall path
+    recall_rule_slots: int = Field(
+        default=3,
+        ge=0,
+        le=100,
+        description=(
+            "Places of the recall's top-k that constraints, preferences and mistakes found"
+            " by their own vector lookup may take (never a clearly better fact's); 0 turns"
+            " the path off."
+        ),
+    )
+    recall_rule_min_similarity: float = Field(
+        default=0.25,
+        ge=-1,
+        le=1,
+        description="A standing rule below this similarity to the request is not added...",
+    )
+    recall_rule_few: int = Field(
+        default=3,
+        ge=0,
+        le=100,
+        description="...unless the tenant has at most this many in the read spaces.",
+    )
 
     recall_concurrency: int = Field(
         default=8,

@@ -103,7 +103,16 @@ def _v3(dim: int) -> list[str]:
     return ["ALTER TABLE memories ADD COLUMN observed_at double precision"]
 
 
-MIGRATIONS = [_v1, _v2, _v3]
+def _v4(dim: int) -> list[str]:
+    """Standing rules' own recall path (issue 17, memory_core/standing_rules.py): a
+    tenant's active constraints, preferences and mistakes without scanning its facts."""
+    return [
+        "CREATE INDEX IF NOT EXISTS memories_standing ON memories (tenant, kind)"
+        " WHERE status = 'active'"
+    ]
+
+
+MIGRATIONS = [_v1, _v2, _v3, _v4]
 
 
 async def migrate(conn: AsyncConnection, embedder_name: str, dim: int) -> int:

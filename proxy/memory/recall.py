@@ -18,6 +18,7 @@ from typing import Any
 
 from memory_core.injection import render
 from memory_core.recall import RecallQuery, clean_query
+from memory_core.standing_rules import StandingPolicy, with_standing_rules
 from memory_core.store import MemoryStore
 from proxy.memory.admission import AdmissionTimeout, RecallGate
 from proxy.memory.conversation import recall_query
@@ -41,6 +42,11 @@ class RecallInterceptor:
         self.settings = settings
         self.metrics = metrics
         self.gate = RecallGate(settings.recall_concurrency, settings.recall_queue_ms / 1000)
+        self.standing = StandingPolicy(
+            slots=settings.recall_rule_slots,
+            min_similarity=settings.recall_rule_min_similarity,
+            few=settings.recall_rule_few,
+        )
 
     async def before(self, ctx: ChatContext) -> None:
         scope = scope_for(ctx, self.settings)
@@ -88,7 +94,7 @@ class RecallInterceptor:
             if self._vector_too_late(query, budget):
                 query.use_vector = False
                 text_only = True
-            return await asyncio.wait_for(self.store.recall(query), budget)
+            return await asyncio.wait_for(self._recall_with_rules(query), budget)
 
         try:
             results, waited = await self.gate.run(scope.tenant, work)
@@ -118,6 +124,10 @@ class RecallInterceptor:
         if text_only:
             return "text_only", [r.memory for r in results]
         return ("ok" if results else "empty"), [r.memory for r in results]
+
+    async def _recall_with_rules(self, query: RecallQuery) -> list[Any]:
+        results = await self.store.recall(query)
+        return await with_standing_rules(self.store, query, results, self.standing)
 
     def _vector_too_late(self, query: RecallQuery, remaining_s: float) -> bool:
         """True when the query vector is predicted to take more than its share of the
