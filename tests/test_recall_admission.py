@@ -4,16 +4,13 @@
 from __future__ import annotations
 
 import asyncio
-import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
-import openai
 import pytest
 
 from memory_core import SQLiteStore
 from proxy.memory.admission import AdmissionTimeout, RecallGate
+from tests.test_recall_text_only import FACT, SlowQueries, chat
 
 
 async def _settle() -> None:
@@ -122,25 +119,6 @@ def test_a_failing_recall_frees_its_slot():
     asyncio.run(main())
 
 
-class SlowQueries:
-    """The real embedder; each recall query batch waits `delay` first (a busy core)."""
-
-    def __init__(self, inner: Any, delay: float) -> None:
-        self.inner, self.delay = inner, delay
-        self.name, self.dim = inner.name, inner.dim
-        self.lock = threading.Lock()
-
-    def embed(self, texts: list[str]) -> Any:
-        return self.inner.embed(texts)
-
-    def embed_query(self, text: str) -> Any:
-        return self.inner.embed_query(text)
-
-    def embed_queries(self, texts: list[str]) -> Any:
-        time.sleep(self.delay)
-        return self.inner.embed(texts)
-
-
 def test_queued_recalls_keep_their_whole_budget_and_inject(memory_proxy, embedder):
     """Three recalls of 0.8 s each, one at a time, budget 2 s: the third waits about
     1.6 s for its turn. Counting the wait against the budget (the old behaviour) would
@@ -154,22 +132,10 @@ def test_queued_recalls_keep_their_whole_budget_and_inject(memory_proxy, embedde
         recall_queue_ms=30_000,
         recall_vector_share=1.0,  # never fall back to text only: the vector must be waited for
     )
-    seed.add("acme", "default", "The user keeps bees in the garden")
-
-    def chat(n: int) -> Any:
-        client = openai.OpenAI(
-            base_url=server.url + "/v1",
-            api_key="sk-test",
-            max_retries=0,
-            default_headers={"X-Memrelay-Tenant": "acme"},
-        )
-        return client.chat.completions.with_raw_response.create(
-            model="m",
-            messages=[{"role": "user", "content": f"Tell me about my bees (question {n})"}],
-        )
+    seed.add("acme", "default", FACT)
 
     with ThreadPoolExecutor(3) as pool:
-        responses = list(pool.map(chat, range(3)))
+        responses = list(pool.map(lambda n: chat(server, n), range(3)))
     statuses = [r.headers["x-memrelay-recall-status"] for r in responses]
     assert statuses == ["ok", "ok", "ok"]
     waits = sorted(float(r.headers["x-memrelay-recall-wait-ms"]) for r in responses)
@@ -187,22 +153,10 @@ def test_a_recall_that_cannot_get_a_turn_in_time_goes_without_memories(memory_pr
         recall_queue_ms=100,
         recall_vector_share=1.0,
     )
-    seed.add("acme", "default", "The user keeps bees in the garden")
-
-    def chat(n: int) -> Any:
-        client = openai.OpenAI(
-            base_url=server.url + "/v1",
-            api_key="sk-test",
-            max_retries=0,
-            default_headers={"X-Memrelay-Tenant": "acme"},
-        )
-        return client.chat.completions.with_raw_response.create(
-            model="m",
-            messages=[{"role": "user", "content": f"Tell me about my bees (question {n})"}],
-        )
+    seed.add("acme", "default", FACT)
 
     with ThreadPoolExecutor(2) as pool:
-        responses = list(pool.map(chat, range(2)))
+        responses = list(pool.map(lambda n: chat(server, n), range(2)))
     statuses = sorted(r.headers["x-memrelay-recall-status"] for r in responses)
     assert statuses == ["ok", "timeout"]  # one worked; the other gave up waiting
     for response in responses:
