@@ -326,20 +326,29 @@ def main() -> None:
     parser.add_argument(
         "--locomo", action="store_true", help="run bench/locomo.py with the path instead"
     )
+    parser.add_argument(
+        "--query-model",
+        choices=["dynamic", "exact"],
+        default="dynamic",
+        help="the embedder's query session (MEMRELAY_QUERY_MODEL)",
+    )
     args = parser.parse_args()
     from memory_core import FastEmbedEmbedder
+
+    def embedder() -> FastEmbedEmbedder:
+        return FastEmbedEmbedder(query_model=args.query_model)
 
     if args.locomo:
         from bench import locomo
 
-        result = locomo_with_path(FastEmbedEmbedder(), StandingPolicy())
+        result = locomo_with_path(embedder(), StandingPolicy())
         if args.out:
             args.out.write_text(json.dumps(result, indent=2))
         targets = {"locomo_turn_any10": 0.80, "locomo_session_all5": 0.88}
         print("\n".join(locomo.render(result, targets)))
         return
     policies = {**POLICIES, **GRID} if args.grid else POLICIES
-    result = run(FastEmbedEmbedder(), args.distractors, args.data, policies)
+    result = run(embedder(), args.distractors, args.data, policies)
     if args.out:
         args.out.write_text(json.dumps(result, indent=2))
     print("\n".join(render(result)))

@@ -276,7 +276,9 @@ class Reconciler:
         self, tenant: str, spaces: list[str], content: str, llm: LLMContext | None
     ) -> tuple[list[Memory], list[tuple[Memory, str]]]:
         """Close memories the new fact repeats, and those it replaces with why (rule 4)."""
-        query = RecallQuery(tenant, spaces, content, top_k=JUDGE_CANDIDATES, use_text=False)
+        query = RecallQuery(
+            tenant, spaces, content, top_k=JUDGE_CANDIDATES, use_text=False, background=True
+        )
         close = [
             (r.memory, r.breakdown.get("vector_similarity", 0.0))
             for r in await self.store.recall(query)
@@ -338,7 +340,12 @@ class Reconciler:
         does, and a change of job may end both."""
         results = await self.store.recall(
             RecallQuery(
-                tenant, spaces, text, top_k=RELATED_TOP_K, min_similarity=RELATED_SIMILARITY
+                tenant,
+                spaces,
+                text,
+                top_k=RELATED_TOP_K,
+                min_similarity=RELATED_SIMILARITY,
+                background=True,
             )
         )
         found = {r.memory.id: r.memory for r in results}
@@ -355,6 +362,7 @@ class Reconciler:
                 top_k=NEIGHBOURS,
                 min_similarity=NEIGHBOUR_SIMILARITY,
                 use_text=False,
+                background=True,
             )
             for r in await self.store.recall(query):
                 if len(found) >= RELATED_MAX:
@@ -403,7 +411,9 @@ class Reconciler:
         Every memory of the readable spaces holding all the request's words ("my alarm
         code" -> alarm, code) is forgotten, without a model. When none holds them all,
         the model may pick the one memory it clearly means among the recalled ones."""
-        results = await self.store.recall(RecallQuery(tenant, spaces, request, top_k=FORGET_MAX))
+        results = await self.store.recall(
+            RecallQuery(tenant, spaces, request, top_k=FORGET_MAX, background=True)
+        )
         wanted = stems(request, FORGET_FILLER)
         exact = [r.memory for r in results if wanted and wanted <= stems(r.memory.content)]
         if exact:

@@ -102,13 +102,19 @@ def assemble_default_model(target: Path | None = None) -> Path:
     return target
 
 
+QUERY_MODELS = ("dynamic", "exact")
+
+
 class FastEmbedEmbedder:
     """fastembed over a local model folder; thread-safe, loaded on first use.
 
-    Two ONNX sessions of the same model: a single-threaded one for single texts (the
-    query on every chat completion: idle intra-op threads would otherwise spin on the
-    other core right when the vector scan and SQLite need it), and one using every core
-    for batches (add_many, imports), where throughput matters.
+    ONNX sessions of the model: a single-threaded one for single texts (idle intra-op
+    threads would otherwise spin on the other core right when the vector scan and
+    SQLite need it), one using every core for batches (add_many, imports), where
+    throughput matters, and a single-threaded one for recall queries (`embed_queries`):
+    with `query_model="dynamic"` it runs the dynamically quantised copy of the model
+    (memory_core/query_model.py: about twice as fast, vectors close to the exact
+    model's), with "exact" the model itself. Memories are always embedded exactly.
     """
 
     def __init__(
@@ -117,8 +123,12 @@ class FastEmbedEmbedder:
         model_name: str = DEFAULT_MODEL_NAME,
         dim: int = 384,
         query_tokens: int = QUERY_TOKENS,
+        query_model: str = "dynamic",
     ) -> None:
+        if query_model not in QUERY_MODELS:
+            raise ValueError(f"query_model must be one of {QUERY_MODELS}, not {query_model!r}")
         self.model_dir = Path(model_dir) if model_dir else None
+        self.query_model = query_model
         self.query_tokens = query_tokens
         self.name = model_name
         self.dim = dim
@@ -130,13 +140,17 @@ class FastEmbedEmbedder:
             if kind not in self._models:
                 from fastembed import TextEmbedding
 
-                path = self.model_dir or assemble_default_model()
-                if not (Path(path) / "model.onnx").is_file():
+                path = Path(self.model_dir or assemble_default_model())
+                if not (path / "model.onnx").is_file():
                     raise ModelNotInstalled(f"no model.onnx in {path}")
+                if kind == "query" and self.query_model == "dynamic":
+                    from memory_core.query_model import dynamic_query_model
+
+                    path = dynamic_query_model(path)
                 self._models[kind] = TextEmbedding(
                     model_name=self.name,
                     specific_model_path=str(path),
-                    threads=1 if kind == "single" else None,
+                    threads=None if kind == "batch" else 1,
                 )
             return self._models[kind]
 
@@ -160,16 +174,25 @@ class FastEmbedEmbedder:
         return self.embed([text])[0]
 
     def embed_queries(self, texts: list[str]) -> np.ndarray:
-        """A batch of recall queries on the one-thread session: the batch is small and
-        waited for, and the other core keeps serving requests meanwhile. Each query is
-        cut to its first `query_tokens` word pieces (see QUERY_TOKENS)."""
-        return self._run("single", [self.bounded_query(t) for t in texts])
+        """A batch of recall queries on the one-thread query session: the batch is
+        small and waited for, and the other core keeps serving requests meanwhile. Each
+        query is cut to its first `query_tokens` word pieces (see QUERY_TOKENS).
+
+        The dynamically quantised copy runs one query per call: it quantises each
+        call's activations with one scale for the whole batch, so a query's vector
+        would depend on the other queries (other tenants') embedded with it (cosine
+        0.986-0.992 to its vector alone, measured). One at a time, a query's vector
+        depends on its text only, and is still cheaper than the exact model batched."""
+        bounded = [self.bounded_query(t) for t in texts]
+        if self.query_model == "dynamic" and len(bounded) > 1:
+            return np.concatenate([self._run("query", [text]) for text in bounded])
+        return self._run("query", bounded)
 
     def bounded_query(self, text: str) -> str:
         """`text` up to the end of its `query_tokens`-th word piece (all of it if shorter)."""
         if len(text) <= self.query_tokens:  # a word piece is at least one character
             return text
-        tokenizer = self._load("single").model.tokenizer
+        tokenizer = self._load("query").model.tokenizer
         offsets = [o for o in tokenizer.encode(text).offsets if o != (0, 0)]  # [CLS]/[SEP]
         if len(offsets) <= self.query_tokens:
             return text

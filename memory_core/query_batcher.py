@@ -54,6 +54,10 @@ CACHE_SIZE = 4096
 BULK_MAX_WAIT_S = 1.0  # bulk work waiting this long gets one chunk between query batches
 SAME_LENGTH_CHARS = 200  # texts up to this long share a call whatever their lengths
 COST_SMOOTHING = 0.2  # weight of the newest batch in the seconds-per-text estimate
+# A cost estimate older than this no longer predicts: the next query is embedded and
+# measured. Without it one slow batch (a stall of the machine) would make every later
+# recall text-only, and a text-only recall embeds nothing, so nothing would re-measure.
+COST_STALE_S = 5.0
 
 
 @dataclass
@@ -145,6 +149,7 @@ class QueryBatcher:
         self._shared = False  # the last batch had more than one caller: worth a window
         self.batches: list[int] = []  # sizes of the last query batches (tests, benchmarks)
         self.seconds_per_text = 0.0  # smoothed cost of one text in a query batch (measured)
+        self._measured_at = 0.0  # when seconds_per_text last changed (monotonic)
         self._busy_until = 0.0  # when the batch or chunk in progress should be done
         self.shared_waits = 0  # queries that joined a waiter with the same text
 
@@ -192,7 +197,8 @@ class QueryBatcher:
         included: what is left of the work in progress, then every text served before it
         (round-robin: each tenant sends at most as many as this tenant has ahead, plus
         one), at the measured seconds per text. 0 until a batch has been measured, and
-        for a text whose vector is cached."""
+        for a text whose vector is cached; only the work in progress when the estimate
+        is older than COST_STALE_S (the next query then re-measures it)."""
         if text is not None and (self.embedder.name, text) in self.cache:
             return 0.0
         with self._cond:
@@ -201,6 +207,8 @@ class QueryBatcher:
                 min(len(queue), own + 1) for name, queue in self._queries.items() if name != tenant
             )
             busy = max(0.0, self._busy_until - time.monotonic())
+        if time.monotonic() - self._measured_at > COST_STALE_S:
+            return busy  # stale estimate: let this query be embedded and re-measure
         return busy + (ahead + 1) * self.seconds_per_text
 
     async def bulk(self, texts: list[str]) -> np.ndarray:
@@ -331,6 +339,7 @@ class QueryBatcher:
         _settle_all([(w.loop, w.future, by_text[w.text].copy(), None) for w in batch])
 
     def _measured(self, seconds_per_text: float) -> None:
+        self._measured_at = time.monotonic()
         if self.seconds_per_text == 0.0:
             self.seconds_per_text = seconds_per_text
         else:

@@ -17,7 +17,7 @@ import time
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import snowballstemmer
@@ -26,6 +26,9 @@ from memory_core.model import Memory, severity_of
 from memory_core.rows import MEMORY_COLUMNS, memory_from_row
 from memory_core.sqlite.db import Connection
 from memory_core.sqlite.tenant_bm25 import ScopeCounts, TermHits, scored_hits
+
+if TYPE_CHECKING:
+    from memory_core.standing_rules import StandingPolicy
 
 # Score fusion, chosen on LoCoMo's tuning half only (bench/locomo.py, conversations
 # 0-4) and kept because it also won on the held-out half (5-9): min-max normalisation
@@ -63,7 +66,13 @@ class RecallQuery:
     min_similarity: float = 0.0
     use_vector: bool = True
     use_text: bool = True
-    background: bool = False  # learning's own lookups: embedded after waiting recalls
+    background: bool = False  # learning's own lookups: embedded after waiting recalls, exactly
+    # Embed the query with the exact model, as memories are (forget-by-query: a
+    # similarity floor decides what is erased), not the faster query copy.
+    exact_vector: bool = False
+    # Standing rules merged into the results by this policy (memory_core/standing_rules.py);
+    # None: the hybrid results alone.
+    standing: StandingPolicy | None = None
 
 
 @dataclass

@@ -13,28 +13,25 @@ clearly closer to the query (its similarity beats the rule's by `margin`). A ten
 with only a few standing rules in scope (`few`) gets them all, whatever their
 similarity: rules are meant to apply broadly, and a handful costs a few lines.
 
-Cost: on SQLite the candidates come from the in-memory vector cache (only the rows of
-those kinds are scored; the cache's own freshness check is one indexed query), then
-one SQL statement by rowid is the guard (tenant, status, read spaces, kind, expiry):
-nothing reaches a prompt that did not pass it. Without the cache (vec0 KNN mode) and
-on Postgres the lookup is one SQL statement of its own.
+Where it runs: a recall asks for it by setting `RecallQuery.standing` (the proxy's
+recall does); each store finds the candidates its own way (`standing_candidates`) and
+passes them through one SQL guard (tenant, status, read spaces, kind, expiry): nothing
+reaches a prompt that did not pass it. SQLite scores them in the same scan and reader
+job as the hybrid recall's vector side (memory_core/sqlite/standing.py); Postgres in
+one statement of its own (memory_core/postgres/standing.py). `with_standing_rules`
+is the same step for results recalled without it.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-import time
-import weakref
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from memory_core.model import Memory
-from memory_core.recall import Recalled, RecallQuery, clean_query, knn
-from memory_core.rows import MEMORY_COLUMNS, MEMORY_FIELDS, memory_from_row
-from memory_core.sqlite.store import SQLiteStore
+from memory_core.recall import Recalled, RecallQuery, clean_query
 
 STANDING_KINDS = ("constraint", "preference", "error")
 log = logging.getLogger("memrelay.memory")
@@ -72,22 +69,42 @@ def cached_query_vector(store: Any, query: RecallQuery) -> np.ndarray | None:
     return batcher.cache.get((store.embedder.name, clean_query(query.text)))
 
 
+def rule_room(query: RecallQuery, policy: StandingPolicy) -> bool:
+    """Whether `query` may get standing rules at all: a policy with places, a result
+    list, read spaces, and no narrowing by its caller (kinds, subject), which gets only
+    what it asked for."""
+    return (
+        policy.slots > 0
+        and query.top_k > 0
+        and bool(query.spaces)
+        and not query.kinds
+        and not query.subject
+        and query.use_vector
+    )
+
+
+def wanted_rules(results: list[Recalled], query: RecallQuery, policy: StandingPolicy) -> int:
+    """How many nearest rules to look at: the places, plus the rules already among the
+    results (they are skipped when merging)."""
+    present = sum(1 for r in results[: query.top_k] if r.memory.kind in STANDING_KINDS)
+    return policy.slots + present
+
+
 async def with_standing_rules(
     store: Any, query: RecallQuery, results: list[Recalled], policy: StandingPolicy
 ) -> list[Recalled]:
     """`results` (the hybrid recall's, best first) with up to `policy.slots` standing
     rules merged in; unchanged when there is no cached query vector or no room, and
     when the lookup fails (logged): a rule missed must not cost the facts found."""
-    if policy.slots <= 0 or query.top_k <= 0 or not query.spaces:
+    if not rule_room(query, policy):
         return results
-    if query.kinds or query.subject:
-        return results  # a recall narrowed by its caller gets only what it asked for
     vector = cached_query_vector(store, query)
     if vector is None:
         return results
-    present = sum(1 for r in results[: query.top_k] if r.memory.kind in STANDING_KINDS)
     try:
-        found = await candidates(store, query, vector, policy.slots + present, policy)
+        found = await store.standing_candidates(
+            query, vector, wanted_rules(results, query, policy), policy
+        )
     except Exception:  # the hybrid recall succeeded: its results still go out
         log.exception("standing-rule lookup failed; the hybrid recall's results stand alone")
         return results
@@ -101,18 +118,19 @@ async def candidates(
     k: int,
     policy: StandingPolicy | None = None,
 ) -> Candidates:
-    """The `k` standing rules of the query's tenant and read spaces nearest `vector`
-    (with `policy`, only those it could add: fewer rows for the guard to read)."""
-    now = time.time()
-    if isinstance(store, SQLiteStore):
-        return await store.run_read(
-            lambda conn: _sqlite_candidates(store, conn, query, vector, k, now, policy)
-        )
-    from memory_core.postgres.store import PostgresStore  # psycopg loads only when used
+    """The `k` standing rules of the query's tenant and read spaces nearest `vector`,
+    guarded (with `policy`, only those it could add)."""
+    return await store.standing_candidates(query, vector, k, policy)
 
-    if isinstance(store, PostgresStore):
-        return await _postgres_candidates(store, query, vector, k, now)
-    return Candidates([], 0)  # another store: the hybrid results stand alone
+
+def qualifying(
+    hits: list[tuple[int, float]], in_scope: int, policy: StandingPolicy | None
+) -> list[tuple[int, float]]:
+    """The hits `policy` could add: all when the tenant has only a few rules in scope,
+    else those above the similarity floor (fewer rows for the guard to read)."""
+    if policy is not None and in_scope > policy.few:
+        return [hit for hit in hits if hit[1] >= policy.min_similarity]
+    return hits
 
 
 def merge(
@@ -155,136 +173,3 @@ def _weakest(out: list[Recalled], kept: set[str], similarity: float, margin: flo
             continue
         return index
     return None
-
-
-# -- SQLite ---------------------------------------------------------------------------
-
-
-def _sqlite_candidates(
-    store: Any,
-    conn: Any,
-    query: RecallQuery,
-    vector: np.ndarray,
-    k: int,
-    now: float,
-    policy: StandingPolicy | None = None,
-) -> Candidates:
-    cache = getattr(store, "_cache", None)
-    if cache is None:  # vec0 KNN mode: the kind filter runs inside sqlite-vec
-        scoped = replace(query, kinds=list(STANDING_KINDS))
-        hits = knn(conn, scoped, vector, k)
-        in_scope = _count_in_scope(conn, query)
-    else:
-        hits, in_scope = _cache_hits(cache, conn, query, vector, k)
-    if policy is not None and in_scope > policy.few:
-        hits = [hit for hit in hits if hit[1] >= policy.min_similarity]
-    return Candidates(_guarded(conn, query, hits, now), in_scope)
-
-
-def _cache_hits(
-    cache: Any, conn: Any, query: RecallQuery, vector: np.ndarray, k: int
-) -> tuple[list[tuple[int, float]], int]:
-    """Nearest standing rows of the tenant's cached vectors: only those rows are scored.
-
-    The rows of standing kinds are found once per version of the tenant's copy (its
-    event seq and size change with every write), so a recall scores a few rows only."""
-    vectors = cache._current(conn, query.tenant)  # brought up to date from the event feed
-    with vectors.lock:
-        rows = _standing_rows(vectors)
-        wanted = [vectors.codes[s] for s in query.spaces if s in vectors.codes]
-        if not len(rows) or not wanted:
-            return [], 0
-        lookup = np.zeros(len(vectors.codes) + 1, dtype=bool)
-        lookup[wanted] = True
-        rows = rows[lookup[vectors.spaces[rows]]]
-        if not len(rows):
-            return [], 0
-        scores = vectors.vectors[rows] @ np.asarray(vector, np.float32)
-        top = np.argsort(-scores)[:k]
-        return [(int(vectors.rowids[rows[i]]), float(scores[i])) for i in top], len(rows)
-
-
-# Per tenant copy (dropped with it): its version and the rows of standing kinds.
-_ROWS: weakref.WeakKeyDictionary[Any, tuple[tuple[int, int, int], np.ndarray]] = (
-    weakref.WeakKeyDictionary()
-)
-_ROWS_LOCK = threading.Lock()
-
-
-def _standing_rows(vectors: Any) -> np.ndarray:
-    """Live rows of standing kinds in one tenant's copy (memoised per version)."""
-    version = (vectors.seq, vectors.size, len(vectors.codes))
-    with _ROWS_LOCK:
-        memo = _ROWS.get(vectors)
-    if memo is not None and memo[0] == version:
-        return memo[1]
-    n = vectors.size
-    codes = [vectors.codes[k] for k in STANDING_KINDS if k in vectors.codes]
-    if not codes or n == 0:
-        rows = np.zeros(0, dtype=np.int64)
-    else:
-        lookup = np.zeros(len(vectors.codes) + 1, dtype=bool)
-        lookup[codes] = True
-        rows = np.flatnonzero(vectors.alive[:n] & lookup[vectors.kinds[:n]])
-    with _ROWS_LOCK:
-        _ROWS[vectors] = (version, rows)
-    return rows
-
-
-def _count_in_scope(conn: Any, query: RecallQuery) -> int:
-    sql = (
-        f"SELECT count(*) FROM memories WHERE tenant = ? AND status = 'active'"
-        f" AND kind IN ({_marks(STANDING_KINDS)}) AND space IN ({_marks(query.spaces)})"
-    )
-    return int(conn.execute(sql, [query.tenant, *STANDING_KINDS, *query.spaces]).fetchone()[0])
-
-
-def _guarded(
-    conn: Any, query: RecallQuery, hits: list[tuple[int, float]], now: float
-) -> list[tuple[Memory, float]]:
-    """The hits that are this tenant's active, unexpired standing rules in a read space,
-    nearest first: this SQL is the guard, whatever the candidates' source."""
-    if not hits:
-        return []
-    rowids = [rowid for rowid, _ in hits]
-    sql = (
-        f"SELECT rowid, {MEMORY_COLUMNS} FROM memories WHERE rowid IN ({_marks(rowids)})"
-        f" AND tenant = ? AND status = 'active' AND space IN ({_marks(query.spaces)})"
-        f" AND kind IN ({_marks(STANDING_KINDS)}) AND (expires_at IS NULL OR expires_at > ?)"
-    )
-    params = [*rowids, query.tenant, *query.spaces, *STANDING_KINDS, now]
-    found = {row[0]: memory_from_row(row[1:]) for row in conn.execute(sql, params)}
-    return [(found[rowid], similarity) for rowid, similarity in hits if rowid in found]
-
-
-def _marks(values: Any) -> str:
-    return ",".join("?" * len(values))
-
-
-# -- Postgres -------------------------------------------------------------------------
-
-
-async def _postgres_candidates(
-    store: Any, query: RecallQuery, vector: np.ndarray, k: int, now: float
-) -> Candidates:
-    """One statement: the scope (the guard) first, materialised, then ranked exactly, so
-    the HNSW index (approximate, filtered after the fact) is never used for it."""
-    sql = (
-        f"WITH r AS MATERIALIZED (SELECT {MEMORY_COLUMNS}, embedding FROM memories"
-        " WHERE tenant = %(tenant)s AND status = 'active' AND space = ANY(%(spaces)s)"
-        " AND kind = ANY(%(kinds)s) AND (expires_at IS NULL OR expires_at > %(now)s))"
-        f" SELECT {MEMORY_COLUMNS}, 1 - (embedding <=> %(vector)s) AS similarity,"
-        " count(*) OVER () FROM r ORDER BY embedding <=> %(vector)s LIMIT %(k)s"
-    )
-    params = {
-        "tenant": query.tenant,
-        "spaces": list(query.spaces),
-        "kinds": list(STANDING_KINDS),
-        "now": now,
-        "vector": np.asarray(vector, np.float32),
-        "k": k,
-    }
-    rows = await store.fetch(sql, params)
-    end = len(MEMORY_FIELDS)
-    rules = [(memory_from_row(row[:end]), float(row[end])) for row in rows]
-    return Candidates(rules, int(rows[0][end + 1]) if rows else 0)

@@ -3,6 +3,7 @@ operations built from `list`, `recall` and a backend's `_import_batch`."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from typing import Any
 
@@ -31,14 +32,25 @@ class EmbeddingStore:
         self.batcher = QueryBatcher(embedder)
         self.schema_version = 0
 
+    async def warm_up(self) -> None:
+        """Load every model session now, not on a first request's time (the query
+        session may first build its model copy: memory_core/query_model.py)."""
+        await self.embed(["warm up"])
+        await self.embed(["warm", "up"])
+        # Beside the batcher, so that loading is not taken for a query's cost.
+        queries = getattr(self.embedder, "embed_queries", None)
+        if queries is not None:
+            await asyncio.to_thread(queries, ["warm up"])
+
     async def embed(self, texts: list[str]) -> np.ndarray:
         """Bulk embedding (adds, imports): runs when no recall query is waiting."""
         return await self.batcher.bulk(texts)
 
     async def embed_query(self, query: RecallQuery, text: str) -> np.ndarray:
-        """A recall query's vector: batched with concurrent recalls, ahead of bulk work;
-        background recalls (reconciliation) queue with the bulk work instead."""
-        if query.background:
+        """A recall query's vector: batched with concurrent recalls, ahead of bulk work,
+        from the embedder's query session; background recalls (reconciliation) and
+        exact ones (forget-by-query) queue with the bulk work, embedded as memories are."""
+        if query.background or query.exact_vector:
             return (await self.batcher.bulk([text]))[0]
         return await self.batcher.query(text, query.tenant)
 

@@ -115,6 +115,11 @@ class Settings(BaseSettings):
     embedding_model_dir: Path | None = Field(
         default=None, description="Another local fastembed model folder (384-d MiniLM default)."
     )
+    query_model: Literal["dynamic", "exact"] = Field(
+        default="dynamic",
+        description="Recall queries embedded with a dynamically quantised copy of the model"
+        " (about twice as fast; memories keep their exact vectors) or with the model itself.",
+    )
     log_level: str = "info"
     passthrough_extra_paths: str = Field(
         default="",

@@ -57,7 +57,8 @@ def build_app(settings: Settings, store: MemoryStore | None = None) -> ASGIApp:
         )
         settings = settings.model_copy(update={"upstream_url": local.url})
     if store is None:
-        store = make_store(settings.db, FastEmbedEmbedder(settings.embedding_model_dir))
+        embedder = FastEmbedEmbedder(settings.embedding_model_dir, query_model=settings.query_model)
+        store = make_store(settings.db, embedder)
     jobs = jobs_for(store)
     metrics = Metrics()
     llm = OpenAICompatibleLLM(

@@ -46,7 +46,7 @@ class Gated:
             assert self._gate.wait(60)
         if self.fail_on and any(self.fail_on in t for t in texts):
             raise ValueError(f"cannot embed {self.fail_on!r}")
-        return self.inner.embed(texts)
+        return self.inner.embed_queries(texts) if kind == "query" else self.inner.embed(texts)
 
     def embed(self, texts: list[str]) -> np.ndarray:
         return self._call("bulk", texts)
@@ -85,7 +85,7 @@ def test_each_caller_gets_its_own_vector_same_as_unbatched(embedder):
     finally:
         batcher.close()
     for text, vector in zip(texts, got, strict=True):
-        alone = embedder.embed([text])[0]
+        alone = embedder.embed_queries([text])[0]
         assert vector.shape == (embedder.dim,)
         np.testing.assert_allclose(vector, alone, atol=1e-4)
     assert max(batcher.batches) > 1  # concurrent queries did share calls
@@ -217,7 +217,7 @@ def test_a_cancelled_caller_neither_gets_embedded_nor_poisons_the_batch(embedder
         gated.release()
         await first
         vector = await kept
-        np.testing.assert_allclose(vector, embedder.embed(["still waiting"])[0], atol=1e-4)
+        np.testing.assert_allclose(vector, embedder.embed_queries(["still waiting"])[0], atol=1e-4)
         with pytest.raises(asyncio.CancelledError):
             await gone
         # cancelled while its batch runs: the others still get theirs
@@ -293,7 +293,7 @@ def test_a_long_query_does_not_pad_the_short_ones_in_its_batch(embedder):
         batcher.close()
     assert gated.calls[1:] == [("query", ["short one", "short two"]), ("query", [long_text])]
     for text, vector in zip(("short one", long_text, "short two"), got, strict=True):
-        np.testing.assert_allclose(vector, embedder.embed([text])[0], atol=1e-4)
+        np.testing.assert_allclose(vector, embedder.embed_queries([text])[0], atol=1e-4)
 
 
 def test_bulk_work_gets_a_chunk_between_batches_once_it_has_waited_its_limit(embedder):
@@ -361,7 +361,7 @@ def test_a_twin_whose_first_caller_gives_up_still_gets_its_vector(embedder):
         vector = asyncio.run(main())
     finally:
         batcher.close()
-    np.testing.assert_allclose(vector, embedder.embed(["shared text"])[0], atol=1e-4)
+    np.testing.assert_allclose(vector, embedder.embed_queries(["shared text"])[0], atol=1e-4)
 
 
 def test_expected_wait_follows_the_queue_a_tenant_is_behind(embedder):
@@ -391,3 +391,29 @@ def test_expected_wait_follows_the_queue_a_tenant_is_behind(embedder):
     assert flood_wait >= 7 * per_text
     assert quiet_wait <= 2 * per_text + (flood_wait - 7 * per_text) + 1e-9
     assert flood_wait - quiet_wait == pytest.approx(5 * per_text, rel=0.05)
+
+
+def test_a_stale_cost_estimate_stops_predicting_until_measured_again(embedder, monkeypatch):
+    """One slow batch (a stall) must not make every later recall text-only forever: a
+    text-only recall embeds nothing, so only letting a query through re-measures."""
+    import memory_core.query_batcher as module
+
+    batcher = QueryBatcher(embedder, max_batch=8)
+
+    async def main() -> tuple[float, float, float]:
+        await batcher.query("a first query is measured", "x")
+        batcher.seconds_per_text = 10.0  # as if that batch had stalled
+        fresh = batcher.expected_wait("x")
+        monkeypatch.setattr(module, "COST_STALE_S", 0.0)  # ...and a while has passed
+        stale = batcher.expected_wait("x")
+        await batcher.query("the next query is embedded and measured", "x")
+        monkeypatch.setattr(module, "COST_STALE_S", 60.0)
+        return fresh, stale, batcher.expected_wait("x")
+
+    try:
+        fresh, stale, remeasured = asyncio.run(main())
+    finally:
+        batcher.close()
+    assert fresh >= 10.0  # a fresh estimate predicts
+    assert stale == 0.0  # a stale one does not (nothing queued or running)
+    assert 0 < remeasured < 10.0  # the new batch pulled the estimate down

@@ -11,10 +11,10 @@ from typing import Any
 import openai
 
 from memory_core import NewMemory, RecallQuery
+from memory_core.sqlite.standing import guarded
 from memory_core.standing_rules import (
     STANDING_KINDS,
     StandingPolicy,
-    _guarded,
     cached_query_vector,
     candidates,
     with_standing_rules,
@@ -160,7 +160,7 @@ def test_rules_out_of_scope_never_come_back(store, run):
                 for m in every
             }
             hits = [(rowids[m.id], 0.5) for m in every]
-            return [m.id for m, _ in _guarded(conn, query, hits, time.time())]
+            return [m.id for m, _ in guarded(conn, query, hits, time.time())]
 
         assert run(store.run_read(guard)) == [kept.id]
 
@@ -260,3 +260,36 @@ def test_a_failed_lookup_leaves_the_hybrid_results(tmp_path, embedder, caplog):
 
     asyncio.run(scenario())
     assert "standing-rule lookup failed" in caplog.text
+
+
+def test_recall_with_a_policy_equals_the_two_steps(store, run):
+    """`RecallQuery.standing` makes the store merge rules itself (on SQLite in the same
+    scan and reader job as the hybrid's vector side): the same list, ids, order and
+    breakdown, as the hybrid recall followed by `with_standing_rules`; and without a
+    policy, the hybrid's results alone."""
+    from dataclasses import replace
+
+    seeded = seed(run, store)
+    for slots, top_k in ((2, 3), (1, 2), (3, 8)):
+        policy = StandingPolicy(slots=slots, min_similarity=0.2, few=3, margin=0.1)
+        query = RecallQuery("acme", ["default"], REQUEST, top_k=top_k)
+        plain = run(store.recall(query))
+        two_steps = run(with_standing_rules(store, query, plain, policy))
+        one_step = run(store.recall(replace(query, standing=policy)))
+        assert [(r.memory.id, r.breakdown) for r in one_step] == [
+            (r.memory.id, r.breakdown) for r in two_steps
+        ]
+    assert seeded["rule"].id in [
+        r.memory.id
+        for r in run(store.recall(RecallQuery("acme", ["default"], REQUEST, 3, standing=POLICY)))
+    ]
+    assert seeded["rule"].id not in [
+        r.memory.id for r in run(store.recall(RecallQuery("acme", ["default"], REQUEST, 3)))
+    ]
+    # The guard holds on this path too: the rule forgotten, it never comes back.
+    run(store.forget("acme", seeded["rule"].id, "test"))
+    again = run(store.recall(RecallQuery("acme", ["default"], REQUEST, 3, standing=POLICY)))
+    assert seeded["rule"].id not in [r.memory.id for r in again]
+    # Another tenant's recall with a policy sees none of acme's rules.
+    other = run(store.recall(RecallQuery("other", ["default"], REQUEST, 8, standing=POLICY)))
+    assert other == []

@@ -26,6 +26,7 @@ from memory_core.listing import MAX_LIMIT, list_sql, page_of
 from memory_core.model import STATUSES, Event, Memory, NewMemory, content_hash, validate_id
 from memory_core.postgres import lifecycle as pg_lifecycle
 from memory_core.postgres.schema import migrate
+from memory_core.postgres.standing import standing_candidates
 from memory_core.recall import (
     COMMON_TTL_S,
     POSTINGS_BUDGET,
@@ -40,6 +41,7 @@ from memory_core.rows import (
     event_from_row,
     memory_from_row,
 )
+from memory_core.standing_rules import Candidates, StandingPolicy, with_standing_rules
 from memory_core.store import ImportResult, ListQuery, Page
 from memory_core.store_base import EmbeddingStore, import_texts, recall_input
 
@@ -83,8 +85,7 @@ class PostgresStore(EmbeddingStore):
         async with await AsyncConnection.connect(self.url) as conn:
             self.schema_version = await migrate(conn, self.embedder.name, self.embedder.dim)
         await self._pool.open(wait=True)
-        await self.embed(["warm up"])  # load both model sessions now, not on first use
-        await self.embed(["warm", "up"])
+        await self.warm_up()
 
     async def close(self) -> None:
         await self._pool.close()
@@ -250,7 +251,20 @@ class PostgresStore(EmbeddingStore):
             ((row[0], -row[end + 1]) for row in rows if row[end + 1] is not None),
             key=lambda h: h[1],
         )
-        return fuse(query, vector_hits, text_hits, memories, now, text_key=TEXT_KEY)
+        results = fuse(query, vector_hits, text_hits, memories, now, text_key=TEXT_KEY)
+        if query.standing is None:
+            return results
+        return await with_standing_rules(self, query, results, query.standing)
+
+    async def standing_candidates(
+        self,
+        query: RecallQuery,
+        vector: np.ndarray,
+        k: int,
+        policy: StandingPolicy | None = None,
+    ) -> Candidates:
+        """The `k` standing rules of the query's scope nearest `vector`, guarded."""
+        return await standing_candidates(self, query, vector, k, time.time())
 
     async def _common_lexemes(self) -> list[str]:
         """Lexemes in more than POSTINGS_BUDGET memories, from the planner's statistics

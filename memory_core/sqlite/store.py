@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -42,12 +43,24 @@ from memory_core.rows import (
 )
 from memory_core.sqlite.db import Connection, check_database_path, connect
 from memory_core.sqlite.schema import migrate
+from memory_core.sqlite.standing import KINDS as STANDING
+from memory_core.sqlite.standing import found as standing_found
+from memory_core.sqlite.standing import standing_candidates
 from memory_core.sqlite.tenant_bm25 import ScopeCounts, TermHits
 from memory_core.sqlite.threads import ConnectionThreads, transaction
 from memory_core.sqlite.vector_cache import VectorCache
 from memory_core.sqlite.vector_snapshot import SnapshotDir
+from memory_core.standing_rules import (
+    Candidates,
+    StandingPolicy,
+    merge,
+    rule_room,
+    wanted_rules,
+)
 from memory_core.store import ImportResult, ListQuery, Page
 from memory_core.store_base import EmbeddingStore, import_texts, recall_input
+
+log = logging.getLogger("memrelay.memory")
 
 
 class SQLiteStore(EmbeddingStore):
@@ -90,8 +103,7 @@ class SQLiteStore(EmbeddingStore):
             conn.close()
         self._writer = ConnectionThreads(self.path, 1, "memrelay-write")
         self._readers = ConnectionThreads(self.path, self._readers_count, "memrelay-read")
-        await self.embed(["warm up"])  # load both model sessions now, not on first use
-        await self.embed(["warm", "up"])
+        await self.warm_up()
 
     async def close(self) -> None:
         if self._cache is not None and self._readers is not None:
@@ -321,17 +333,58 @@ class SQLiteStore(EmbeddingStore):
                 text_job.cancel()
             raise
 
+        policy = query.standing if vector is not None else None
+        if policy is not None and not rule_room(query, policy):
+            policy = None
+        rules_k = policy.slots + query.top_k if policy is not None else 0
+
         def search(conn: Connection) -> list[Recalled]:
-            vector_hits = self._knn(conn, query, vector, pool) if vector is not None else []
+            rule_hits: list[tuple[int, float]] = []
+            in_scope = 0
+            if vector is None:
+                vector_hits = []
+            elif policy is not None and self._cache is not None:
+                # The standing rules' candidates come from the same scan (one matrix
+                # product for both); the vec0 mode looks them up on their own below.
+                vector_hits, rule_hits, in_scope = self._cache.search_with_kinds(
+                    conn, query.tenant, query.spaces, vector, pool, STANDING, rules_k
+                )
+            else:
+                vector_hits = self._knn(conn, query, vector, pool)
             text_hits = text_job.result() if text_job is not None else []
             rowids = list({r for r, _ in vector_hits} | {r for r, _ in text_hits})
             facts = load_rank_facts(conn, query, rowids, now)
             ranked = rank(query, vector_hits, text_hits, facts, now)
             # The winners whole, through the same guard: one forgotten in between is gone.
             memories = load_active(conn, query, [rowid for rowid, _, _ in ranked], now)
-            return [Recalled(memories[r], s, info) for r, s, info in ranked if r in memories]
+            results = [Recalled(memories[r], s, info) for r, s, info in ranked if r in memories]
+            if policy is None:
+                return results
+            try:
+                k = wanted_rules(results, query, policy)
+                if self._cache is None:
+                    found = standing_candidates(None, conn, query, vector, k, now, policy)
+                else:
+                    found = standing_found(conn, query, rule_hits[:k], in_scope, now, policy)
+            except Exception:  # the hybrid recall succeeded: its results still go out
+                log.exception("standing-rule lookup failed; the hybrid results stand alone")
+                return results
+            return merge(results, found, query.top_k, policy)
 
         return await self.run_read(search)
+
+    async def standing_candidates(
+        self,
+        query: RecallQuery,
+        vector: np.ndarray,
+        k: int,
+        policy: StandingPolicy | None = None,
+    ) -> Candidates:
+        """The `k` standing rules of the query's scope nearest `vector`, guarded."""
+        now = time.time()
+        return await self.run_read(
+            lambda conn: standing_candidates(self._cache, conn, query, vector, k, now, policy)
+        )
 
     def _knn(
         self, conn: Connection, query: RecallQuery, vector: np.ndarray, k: int

@@ -181,6 +181,36 @@ class TenantVectors:
         index = top if rows is None else rows[top]
         return [(int(self.rowids[i]), float(s)) for i, s in zip(index, scores[top], strict=True)]
 
+    def search_with_kinds(
+        self,
+        vector: np.ndarray,
+        spaces: list[str],
+        k: int,
+        kinds: list[str],
+        kinds_k: int,
+    ) -> tuple[list[tuple[int, float]], list[tuple[int, float]], int]:
+        """`search(vector, spaces, None, k)`, plus the `kinds_k` nearest rows of `kinds`
+        in those spaces and how many such rows there are, from ONE scan of a small
+        tenant (standing rules beside the hybrid recall: a second scan, or a copy of the
+        kinds' rows, cost more than the recall's own scan). Large tenants, where both use
+        the sign-bit prefilter, get two prefiltered passes."""
+        n = self.size
+        wanted = [self.codes[s] for s in spaces if s in self.codes]
+        if n == 0 or not wanted:
+            return [], [], 0
+        scope = self.alive[:n] & self._lookup(wanted)[self.spaces[:n]]
+        of_kinds = scope & self._lookup([self.codes.get(c, -1) for c in kinds])[self.kinds[:n]]
+        in_scope = int(np.count_nonzero(of_kinds))
+        if n >= PREFILTER_FROM:
+            return (
+                self.search(vector, spaces, None, k),
+                self.search(vector, spaces, kinds, kinds_k) if in_scope else [],
+                in_scope,
+            )
+        scores = self.vectors[:n] @ vector.astype(np.float32)
+        rowids = self.rowids[:n]
+        return _top(scores, scope, rowids, k), _top(scores, of_kinds, rowids, kinds_k), in_scope
+
     def _lookup(self, codes: list[int]) -> np.ndarray:
         table = np.zeros(len(self.codes) + 1, dtype=bool)
         table[[c for c in codes if c >= 0]] = True
@@ -201,6 +231,21 @@ class TenantVectors:
 
 
 ARRAYS = ("vectors", "rowids", "spaces", "kinds", "alive")  # one row per vector
+
+
+def _top(
+    scores: np.ndarray, mask: np.ndarray, rowids: np.ndarray, k: int
+) -> list[tuple[int, float]]:
+    """The `k` best (rowid, score) among rows in `mask`, best first, chosen exactly as
+    `TenantVectors.search` chooses (same ties)."""
+    k = min(k, int(np.count_nonzero(mask)))
+    if k <= 0:
+        return []
+    scores = scores.copy()
+    scores[~mask] = -np.inf
+    top = np.argpartition(-scores, k - 1)[:k]
+    top = top[np.argsort(-scores[top])]
+    return [(int(rowids[i]), float(scores[i])) for i in top]
 
 
 def sign_bits(block: np.ndarray) -> np.ndarray:
@@ -238,6 +283,21 @@ class VectorCache:
         vectors = self._current(conn, tenant)
         with vectors.lock:
             return vectors.search(vector, spaces, kinds, k)
+
+    def search_with_kinds(
+        self,
+        conn: Connection,
+        tenant: str,
+        spaces: list[str],
+        vector: np.ndarray,
+        k: int,
+        kinds: list[str],
+        kinds_k: int,
+    ) -> tuple[list[tuple[int, float]], list[tuple[int, float]], int]:
+        """`search` plus the nearest rows of `kinds` (TenantVectors.search_with_kinds)."""
+        vectors = self._current(conn, tenant)
+        with vectors.lock:
+            return vectors.search_with_kinds(vector, spaces, k, kinds, kinds_k)
 
     def _current(self, conn: Connection, tenant: str) -> TenantVectors:
         head = (

@@ -93,7 +93,13 @@ async def forget_matches(
     shared word is not enough to erase something)."""
     results = await store.recall(
         RecallQuery(
-            tenant, spaces, query, top_k=top_k, min_similarity=min_similarity, use_text=False
+            tenant,
+            spaces,
+            query,
+            top_k=top_k,
+            min_similarity=min_similarity,
+            use_text=False,
+            exact_vector=True,
         )
     )
     return [r.memory for r in results]

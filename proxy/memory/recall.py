@@ -18,7 +18,7 @@ from typing import Any
 
 from memory_core.injection import render
 from memory_core.recall import RecallQuery, clean_query
-from memory_core.standing_rules import StandingPolicy, with_standing_rules
+from memory_core.standing_rules import StandingPolicy
 from memory_core.store import MemoryStore
 from proxy.memory.admission import AdmissionTimeout, RecallGate
 from proxy.memory.conversation import recall_query
@@ -83,6 +83,7 @@ class RecallInterceptor:
             text=text,
             top_k=self.settings.recall_top_k,
             min_similarity=self.settings.recall_min_similarity,
+            standing=self.standing,
         )
         budget = self.settings.recall_budget_ms / 1000
         text_only = False
@@ -94,7 +95,7 @@ class RecallInterceptor:
             if self._vector_too_late(query, budget):
                 query.use_vector = False
                 text_only = True
-            return await asyncio.wait_for(self._recall_with_rules(query), budget)
+            return await asyncio.wait_for(self.store.recall(query), budget)
 
         try:
             results, waited = await self.gate.run(scope.tenant, work)
@@ -124,10 +125,6 @@ class RecallInterceptor:
         if text_only:
             return "text_only", [r.memory for r in results]
         return ("ok" if results else "empty"), [r.memory for r in results]
-
-    async def _recall_with_rules(self, query: RecallQuery) -> list[Any]:
-        results = await self.store.recall(query)
-        return await with_standing_rules(self.store, query, results, self.standing)
 
     def _vector_too_late(self, query: RecallQuery, remaining_s: float) -> bool:
         """True when the query vector is predicted to take more than its share of the
