@@ -9,6 +9,8 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from memory_core.standing_rules import StandingPolicy
+
 
 class Settings(BaseSettings):
     """Every knob memrelay has; the CLI overrides what the environment sets."""
@@ -216,6 +218,14 @@ class Settings(BaseSettings):
         le=100,
         description="...unless the tenant has at most this many in the read spaces.",
     )
+
+    def standing_policy(self) -> StandingPolicy:
+        """The standing-rule settings as the store's recall takes them."""
+        return StandingPolicy(
+            slots=self.recall_rule_slots,
+            min_similarity=self.recall_rule_min_similarity,
+            few=self.recall_rule_few,
+        )
 
     recall_concurrency: int = Field(
         default=8,

@@ -255,7 +255,7 @@ class AdminAPI:
     async def recall(self, request: Request) -> Response:
         scope = self._scope(request)
         body: RecallBody = await self._body(request, RecallBody)
-        results = await ops.recall(self.store, scope, body)
+        results = await ops.recall(self.store, scope, body, self.settings.standing_policy())
         return JSONResponse({"data": [r.as_dict() for r in results]})
 
     async def forget_by_query(self, request: Request) -> Response:

@@ -46,7 +46,9 @@ class MCPEndpoint:
     """The route and the session manager's lifetime (a Resource of the app)."""
 
     def __init__(self, store: MemoryStore, reconciler: Reconciler, settings: Settings) -> None:
-        self.server: MCPServer = build_server(store, reconciler, http_caller)
+        self.server: MCPServer = build_server(
+            store, reconciler, http_caller, standing=settings.standing_policy()
+        )
         self.server.streamable_http_app(
             streamable_http_path=MCP_PATH,
             stateless_http=True,

@@ -30,6 +30,7 @@ from pydantic import Field, ValidationError
 from extraction.reconcile import Reconciler
 from memory_core.errors import InvalidInput, InvalidTransition, NotFound
 from memory_core.model import STATUSES, NewMemory
+from memory_core.standing_rules import StandingPolicy
 from memory_core.store import ListQuery, MemoryStore
 from proxy.admin import memory_ops as ops
 from proxy.admin.models import ForgetBody, KindName, RecallBody, RememberBody
@@ -126,8 +127,10 @@ class MemoryTools:
         reconciler: Reconciler,
         caller_of: CallerOf,
         ready: Ready | None = None,
+        standing: StandingPolicy | None = None,
     ) -> None:
         self.store = store
+        self.standing = standing
         self.reconciler = reconciler
         self.caller_of = caller_of
         self.ready = ready
@@ -192,7 +195,7 @@ class MemoryTools:
             body = RecallBody.model_validate(
                 {"query": query, "top_k": top_k, "kinds": kinds, "min_similarity": min_similarity}
             )
-            results = await ops.recall(self.store, caller.scope, body)
+            results = await ops.recall(self.store, caller.scope, body, self.standing)
         return {"data": [r.as_dict() for r in results]}
 
     async def remember(
@@ -403,10 +406,12 @@ def build_server(
     reconciler: Reconciler,
     caller_of: CallerOf,
     ready: Ready | None = None,
+    standing: StandingPolicy | None = None,
     **options: Any,
 ) -> MCPServer:
     """An MCP server whose tools act on `store` for whoever `caller_of` says a call is
-    (`ready`, if given, is awaited first: stdio opens the store while the client connects)."""
+    (`ready`, if given, is awaited first: stdio opens the store while the client connects;
+    `standing`: standing rules join recalls as in the proxy)."""
     with _logging_left_alone():
         server: MCPServer = MCPServer(
             NAME,
@@ -415,7 +420,7 @@ def build_server(
             subscriptions=False,  # nothing to subscribe to: memories are read via the tools
             **options,
         )
-    MemoryTools(store, reconciler, caller_of, ready).register(server)
+    MemoryTools(store, reconciler, caller_of, ready, standing).register(server)
     return server
 
 

@@ -17,6 +17,7 @@ from memory_core.errors import NotFound
 from memory_core.jobs import JobQueue
 from memory_core.model import Event, Memory
 from memory_core.recall import Recalled, RecallQuery
+from memory_core.standing_rules import StandingPolicy
 from memory_core.store import MemoryStore
 from proxy.admin.models import ForgetBody, RecallBody, RememberBody
 from proxy.memory.scoping import MemoryScope
@@ -67,8 +68,14 @@ async def remember(
     return answer
 
 
-async def recall(store: MemoryStore, scope: MemoryScope, body: RecallBody) -> list[Recalled]:
-    """Recall over every space the scope reads, each result with its score breakdown."""
+async def recall(
+    store: MemoryStore,
+    scope: MemoryScope,
+    body: RecallBody,
+    standing: StandingPolicy | None = None,
+) -> list[Recalled]:
+    """Recall over every space the scope reads, each result with its score breakdown;
+    with `standing`, standing rules join as in the proxy's recall."""
     return await store.recall(
         RecallQuery(
             scope.tenant,
@@ -77,6 +84,7 @@ async def recall(store: MemoryStore, scope: MemoryScope, body: RecallBody) -> li
             top_k=body.top_k,
             kinds=list(body.kinds) if body.kinds else None,
             min_similarity=body.min_similarity,
+            standing=standing,
         )
     )
 

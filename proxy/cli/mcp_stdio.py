@@ -80,7 +80,8 @@ def mcp(
 
     configure_logging(log_level)  # JSON lines on stderr, before the SDK would add its own
     check_database(db)
-    store = make_store(db, FastEmbedEmbedder(), **({} if is_postgres_url(db) else {"readers": 2}))
+    embedder = FastEmbedEmbedder(query_model=settings.query_model)
+    store = make_store(db, embedder, **({} if is_postgres_url(db) else {"readers": 2}))
 
     opening: asyncio.Task[None] | None = None
 
@@ -111,6 +112,7 @@ def mcp(
         Reconciler(store, None, actor="mcp"),
         fixed_caller(scope),
         ready,
+        standing=settings.standing_policy(),
         lifespan=opened,
     )
     try:

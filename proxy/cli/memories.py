@@ -12,7 +12,7 @@ from extraction.reconcile import Reconciler
 from memory_core.model import KINDS
 from memory_core.recall import RecallQuery
 from memory_core.store import ListQuery, MemoryStore
-from proxy.cli.options import AsJson, Db, Space, Tenant, split_list
+from proxy.cli.options import AsJson, Db, Space, Tenant, load_settings, split_list
 from proxy.cli.output import MEMORY_COLUMNS, emit_json, memory_rows, table
 from proxy.cli.store import with_store
 
@@ -69,9 +69,13 @@ def register(app: typer.Typer) -> None:
         ] = 8,
         as_json: AsJson = False,
     ) -> None:
-        """Recall like the proxy does, with each result's score breakdown."""
+        """Recall like the proxy does (standing rules included), with each result's
+        score breakdown."""
         read = split_list(spaces, "--spaces")
-        results = with_store(db, lambda s: s.recall(RecallQuery(tenant, read, query, top_k=top_k)))
+        standing = load_settings().standing_policy()
+        results = with_store(
+            db, lambda s: s.recall(RecallQuery(tenant, read, query, top_k=top_k, standing=standing))
+        )
         if as_json:
             emit_json([r.as_dict() for r in results])
             return

@@ -13,6 +13,7 @@ from memory_core.backends import connection_errors, describe, is_postgres_url, m
 from memory_core.embedder import FastEmbedEmbedder
 from memory_core.errors import MemoryError_, NotFound
 from memory_core.store import MemoryStore
+from proxy.cli.options import load_settings
 from proxy.cli.output import errors
 
 T = TypeVar("T")
@@ -23,7 +24,8 @@ def with_store(db: str, work: Callable[[MemoryStore], Awaitable[T]]) -> T:
 
     async def main() -> T:
         options = {} if is_postgres_url(db) else {"readers": 2}
-        store = make_store(db, FastEmbedEmbedder(), **options)
+        embedder = FastEmbedEmbedder(query_model=load_settings().query_model)
+        store = make_store(db, embedder, **options)
         await store.start()
         try:
             return await work(store)

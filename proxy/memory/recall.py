@@ -42,11 +42,7 @@ class RecallInterceptor:
         self.settings = settings
         self.metrics = metrics
         self.gate = RecallGate(settings.recall_concurrency, settings.recall_queue_ms / 1000)
-        self.standing = StandingPolicy(
-            slots=settings.recall_rule_slots,
-            min_similarity=settings.recall_rule_min_similarity,
-            few=settings.recall_rule_few,
-        )
+        self.standing: StandingPolicy | None = settings.standing_policy()
 
     async def before(self, ctx: ChatContext) -> None:
         scope = scope_for(ctx, self.settings)
