@@ -9,6 +9,7 @@ Nothing here ever reaches for a model hub.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 import threading
@@ -20,6 +21,7 @@ import numpy as np
 from memory_core.errors import ModelNotInstalled
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+log = logging.getLogger("memrelay.embedder")
 
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 # A recall query is embedded from its first this-many word pieces (the newest user
@@ -144,15 +146,25 @@ class FastEmbedEmbedder:
                 if not (path / "model.onnx").is_file():
                     raise ModelNotInstalled(f"no model.onnx in {path}")
                 if kind == "query" and self.query_model == "dynamic":
-                    from memory_core.query_model import dynamic_query_model
-
-                    path = dynamic_query_model(path)
+                    path = self._query_copy(path)
                 self._models[kind] = TextEmbedding(
                     model_name=self.name,
                     specific_model_path=str(path),
                     threads=None if kind == "batch" else 1,
                 )
             return self._models[kind]
+
+    def _query_copy(self, path: Path) -> Path:
+        """The faster query copy of the model at `path`; the model itself, said in the
+        log, when the copy cannot be built (recall still works, only slower)."""
+        from memory_core.query_model import dynamic_query_model
+
+        try:
+            return dynamic_query_model(path)
+        except (ModelNotInstalled, OSError) as exc:
+            log.warning("recall queries use the exact model: no query model copy (%s)", exc)
+            self.query_model = "exact"
+            return path
 
     def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:

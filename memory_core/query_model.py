@@ -31,9 +31,11 @@ QUERY_MODEL_FILE = "model.onnx"
 RECIPE = "dynamic-int8-per-channel-v1"
 
 
-def dynamic_query_model(source_dir: Path) -> Path:
+def dynamic_query_model(source_dir: Path, cache_dir: Path | None = None) -> Path:
     """The folder of the dynamically quantised copy of `source_dir`'s model.onnx (its
-    tokenizer files linked beside it), built on first need."""
+    tokenizer files linked beside it), built on first need: beside `source_dir`, or in
+    `cache_dir` (the user's model cache) when that folder is not writable (a model baked
+    into a read-only image location)."""
     source = (source_dir / "model.onnx").resolve()
     if not source.is_file():
         raise ModelNotInstalled(f"no model.onnx in {source_dir}")
@@ -41,13 +43,30 @@ def dynamic_query_model(source_dir: Path) -> Path:
     key = hashlib.sha256(
         f"{RECIPE}:{source}:{stat.st_size}:{stat.st_mtime_ns}".encode()
     ).hexdigest()[:16]
-    target = source_dir.parent / f"{source_dir.name}-query-{key}"
+    name = f"{source_dir.name}-query-{key}"
+    from memory_core.embedder import default_cache_dir  # the embedder imports this lazily
+
+    places = [source_dir.parent / name, (cache_dir or default_cache_dir()) / name]
     with _LOCK:
-        if not (target / QUERY_MODEL_FILE).is_file():
-            _build(source, target)
-        for item in source_dir.iterdir():
-            if item.name != "model.onnx" and not item.name.startswith("."):
-                _link(item.resolve(), target / item.name)
+        for target in places:
+            if (target / QUERY_MODEL_FILE).is_file():
+                return _linked(source_dir, target)
+        failure: OSError | None = None
+        for target in places:
+            try:
+                _build(source, target)
+            except OSError as exc:  # not writable here: the next place
+                failure = exc
+                continue
+            return _linked(source_dir, target)
+    raise ModelNotInstalled(f"cannot write the query model copy anywhere: {failure}")
+
+
+def _linked(source_dir: Path, target: Path) -> Path:
+    """`target` with `source_dir`'s tokenizer files linked into it."""
+    for item in source_dir.iterdir():
+        if item.name != "model.onnx" and not item.name.startswith("."):
+            _link(item.resolve(), target / item.name)
     return target
 
 

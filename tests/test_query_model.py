@@ -91,3 +91,40 @@ def test_exact_and_background_recalls_use_the_exact_vectors(store: Any, run: Any
     assert similarity() == pytest.approx(truth_fast, abs=2e-3)
     assert similarity(exact_vector=True) == pytest.approx(truth_exact, abs=2e-3)
     assert similarity(background=True) == pytest.approx(truth_exact, abs=2e-3)
+
+
+def test_the_copy_goes_to_the_cache_when_beside_the_model_is_not_writable(
+    tmp_path: Any, monkeypatch: Any, caplog: Any
+) -> None:
+    """A model baked into a read-only place (a container image) gets its copy in the
+    user's cache; with nowhere to write, the embedder says so and embeds exactly."""
+    import logging
+    import shutil
+
+    import memory_core.embedder as embedder_module
+    from memory_core.embedder import assemble_default_model
+    from memory_core.query_model import dynamic_query_model
+
+    source = tmp_path / "models" / "minilm"
+    source.mkdir(parents=True)
+    for item in assemble_default_model().iterdir():
+        (source / item.name).symlink_to(item.resolve())
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(embedder_module, "default_cache_dir", lambda: cache)
+    beside = dynamic_query_model(source)
+    assert beside.parent == source.parent  # writable: built beside the model
+    shutil.rmtree(beside)
+    beside.write_text("a file where the folder would go")  # (root ignores chmod)
+    cached = dynamic_query_model(source)
+    assert cached.parent == cache
+    assert (cached / "model.onnx").is_file() and (cached / "tokenizer.json").is_file()
+
+    shutil.rmtree(cached)
+    cached.write_text("nowhere to write")
+    embedder = FastEmbedEmbedder(source, query_model="dynamic")
+    with caplog.at_level(logging.WARNING, logger="memrelay.embedder"):
+        vectors = embedder.embed_queries(QUERIES[:2])
+    assert embedder.query_model == "exact"
+    exact = FastEmbedEmbedder(source, query_model="exact").embed_queries(QUERIES[:2])
+    assert np.allclose(vectors, exact)
+    assert any("exact model" in r.getMessage() for r in caplog.records)
