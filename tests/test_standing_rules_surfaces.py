@@ -37,9 +37,7 @@ def standing(results: list[dict[str, Any]]) -> list[str]:
 
 @pytest.mark.parametrize("slots", [3, 0])
 def test_admin_api_and_mcp_recall_merge_standing_rules(memory_proxy, slots: int) -> None:
-    server, seed = memory_proxy(
-        recall_rule_slots=slots, recall_rule_min_similarity=float(FLOOR)
-    )
+    server, seed = memory_proxy(recall_rule_slots=slots, recall_rule_min_similarity=float(FLOOR))
     rule_id = seed_all(seed)
     headers = {"X-Memrelay-Tenant": "acme"}
     admin = httpx.post(
