@@ -77,13 +77,36 @@ def turns(conversation: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-async def load(store: Any, tenant: str, conversation: dict[str, Any]) -> dict[str, str]:
-    """Store every turn; returns memory id -> dia id."""
+def with_previous(pairs: list[tuple[str, str]]) -> list[str]:
+    """Each turn's text preceded by the turn before it in the same session (without its
+    date): what `load` embeds with `neighbour=True`. The stored text, and so BM25, stays
+    the turn alone."""
+    out = []
+    for i, (dia_id, text) in enumerate(pairs):
+        previous = pairs[i - 1] if i else None
+        if previous is None or session(previous[0]) != session(dia_id):
+            out.append(text)
+        else:
+            out.append(f"{previous[1].rsplit(' (', 1)[0]}\n{text}")
+    return out
+
+
+async def load(
+    store: Any, tenant: str, conversation: dict[str, Any], neighbour: bool = False
+) -> dict[str, str]:
+    """Store every turn; returns memory id -> dia id. With `neighbour`, each turn's vector
+    is that of the turn with the one before it (`with_previous`)."""
     pairs = turns(conversation)
     items = [NewMemory(text, kind="note", source="import") for _, text in pairs]
+    embedded = with_previous(pairs) if neighbour else None
     mapping: dict[str, str] = {}
     for start in range(0, len(items), 256):
-        memories = await store.add_many(tenant, "default", items[start : start + 256])
+        chunk = items[start : start + 256]
+        if embedded is None:
+            memories = await store.add_many(tenant, "default", chunk)
+        else:
+            vectors = await store.embed(embedded[start : start + 256])
+            memories = await store.add_embedded(tenant, "default", chunk, vectors)
         mapping.update({m.id: pairs[start + i][0] for i, m in enumerate(memories)})
     return mapping
 

@@ -250,7 +250,7 @@ class PostgresStore(EmbeddingStore):
             ((row[0], -row[end + 1]) for row in rows if row[end + 1] is not None),
             key=lambda h: h[1],
         )
-        return fuse(query, vector_hits, text_hits, memories, now, text_key=TEXT_KEY)
+        return fuse(query, vector_hits, text_hits, memories, now, TEXT_KEY, self.fusion)
 
     async def _common_lexemes(self) -> list[str]:
         """Lexemes in more than POSTINGS_BUDGET memories, from the planner's statistics

@@ -73,14 +73,16 @@ def mcp(
 
     from extraction.reconcile import Reconciler
     from memory_core.backends import describe, is_postgres_url, make_store
-    from memory_core.embedder import FastEmbedEmbedder
+    from memory_core.embedder import make_embedder
     from proxy.admin.mcp_server import build_server, fixed_caller
     from proxy.cli.serve import check_database
     from proxy.logs import configure_logging
 
     configure_logging(log_level)  # JSON lines on stderr, before the SDK would add its own
     check_database(db)
-    store = make_store(db, FastEmbedEmbedder(), **({} if is_postgres_url(db) else {"readers": 2}))
+    store = make_store(
+        db, make_embedder(settings.embedder), **({} if is_postgres_url(db) else {"readers": 2})
+    )
 
     opening: asyncio.Task[None] | None = None
 

@@ -10,9 +10,10 @@ import typer
 from rich.markup import escape
 
 from memory_core.backends import connection_errors, describe, is_postgres_url, make_store
-from memory_core.embedder import FastEmbedEmbedder
+from memory_core.embedder import make_embedder
 from memory_core.errors import MemoryError_, NotFound
 from memory_core.store import MemoryStore
+from proxy.cli.options import load_settings
 from proxy.cli.output import errors
 
 T = TypeVar("T")
@@ -23,7 +24,7 @@ def with_store(db: str, work: Callable[[MemoryStore], Awaitable[T]]) -> T:
 
     async def main() -> T:
         options = {} if is_postgres_url(db) else {"readers": 2}
-        store = make_store(db, FastEmbedEmbedder(), **options)
+        store = make_store(db, make_embedder(load_settings().embedder), **options)
         await store.start()
         try:
             return await work(store)

