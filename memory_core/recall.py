@@ -59,13 +59,6 @@ class Fusion:
 
     text_weight: float = TEXT_WEIGHT
     confidence_depth: int = CONFIDENCE_DEPTH
-    # The similarity of unrelated texts: the vector side's confidence is measured on
-    # (similarity - floor) / (1 - floor), so a model whose scores all sit near 0.8 is
-    # not taken for one that cannot tell its candidates apart.
-    similarity_floor: float = 0.0
-
-    def lifted(self, similarity: float) -> float:
-        return (similarity - self.similarity_floor) / (1.0 - self.similarity_floor)
 
 
 DEFAULT_FUSION = Fusion()
@@ -340,7 +333,7 @@ def rank(
     vector_norm = _min_max([similarity for _, similarity in vector_hits])
     text_weight, vector_weight = side_weights(
         [-bm25 for _, bm25 in text_hits],
-        [fusion.lifted(similarity) for _, similarity in vector_hits],
+        [similarity for _, similarity in vector_hits],
         fusion,
     )
     scored: list[_Scored] = []

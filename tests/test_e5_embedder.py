@@ -126,3 +126,33 @@ def test_the_setting_names_the_embedder():
     assert Settings().embedder == "minilm"
     with pytest.raises(ValueError):
         Settings(embedder="bert")
+
+
+@pytest.mark.parametrize("backend", ["vector-cache", "postgres"])
+def test_recall_mixes_the_sides_with_the_embedders_fusion(backend, embedder, request, tmp_path):
+    """The store hands its embedder's Fusion to the ranking: a text base weight of 0
+    leaves the whole weight to the vector side."""
+    from memory_core.recall import Fusion
+    from tests.conftest import open_backend
+
+    class VectorOnlyMiniLM:
+        name, dim, fusion = embedder.name, embedder.dim, Fusion(text_weight=0.0)
+        embed, embed_query = embedder.embed, embedder.embed_query
+
+    location = (
+        request.getfixturevalue("pg_server").new_database()
+        if backend == "postgres"
+        else tmp_path / "fusion.db"
+    )
+    loop = asyncio.new_event_loop()
+    store = open_backend(backend, location, VectorOnlyMiniLM(), loop)
+    try:
+        facts = ["Bruno is allergic to peanuts.", "Peanuts are sold at the corner shop."]
+        loop.run_until_complete(store.add_many("acme", "default", [NewMemory(f) for f in facts]))
+        query = RecallQuery("acme", ["default"], "Bruno peanuts allergy", top_k=2)
+        found = loop.run_until_complete(store.recall(query))
+        assert found and all(r.breakdown["text_weight"] == 0.0 for r in found)
+        assert all(r.breakdown["vector_weight"] == 1.0 for r in found)
+    finally:
+        loop.run_until_complete(store.close())
+        loop.close()
