@@ -6,7 +6,12 @@ near 0.2) would pass nearly everything. Subtracting the mean passage vector from
 passages and the mean query vector from queries, then renormalising, brings unrelated
 texts back near 0.2 and close ones to 0.4-0.6. The means come from the project's own
 texts (the chat turns and facts of tests/scenarios.py and the README's sentences), not
-from any benchmark. Run `python -m bench.e5_means` to rebuild the file.
+from any benchmark (the shipped file: 176 texts on 2026-12-01; the README has grown
+since, which moves the means by less than 1e-4 in cosine). `python -m bench.e5_means`
+shows how far today's texts' means are from the shipped ones; `--write` replaces the
+file, and then
+E5_SMALL_NAME must change too (databases built with the old means would otherwise get
+query vectors centred differently from their stored ones).
 """
 
 from __future__ import annotations
@@ -53,13 +58,20 @@ def corpus() -> list[str]:
 
 
 def main() -> None:
+    import sys
+
     from memory_core.e5_embedder import MEANS_FILE, E5Embedder
 
     texts = corpus()
     model = E5Embedder(centred=False)
     means = np.stack([model.embed(texts).mean(0), model.embed_queries(texts).mean(0)])
-    np.save(MEANS_FILE, means.astype(np.float32))
-    print(f"{len(texts)} texts -> {MEANS_FILE}")
+    shipped = np.load(MEANS_FILE)
+    cosines = (means * shipped).sum(1) / np.linalg.norm(means, axis=1)
+    cosines /= np.linalg.norm(shipped, axis=1)
+    print(f"{len(texts)} texts; cosine to the shipped means: {cosines.round(4).tolist()}")
+    if "--write" in sys.argv:
+        np.save(MEANS_FILE, means.astype(np.float32))
+        print(f"written to {MEANS_FILE}: change E5_SMALL_NAME")
 
 
 if __name__ == "__main__":
