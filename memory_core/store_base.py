@@ -14,7 +14,7 @@ from memory_core.embedder import Embedder
 from memory_core.errors import InvalidInput
 from memory_core.model import Memory, NewMemory, validate_id
 from memory_core.query_batcher import QueryBatcher
-from memory_core.recall import RecallQuery, clean_query, query_terms
+from memory_core.recall import DEFAULT_FUSION, Fusion, RecallQuery, clean_query, query_terms
 from memory_core.store import ImportResult, ListQuery, Page
 
 MAX_SPACES = 64
@@ -28,6 +28,9 @@ class EmbeddingStore:
 
     def __init__(self, embedder: Embedder) -> None:
         self.embedder = embedder
+        # How recall mixes the two sides: an embedder whose similarities spread unlike
+        # MiniLM's carries its own (memory_core/recall.py, Fusion).
+        self.fusion: Fusion = getattr(embedder, "fusion", DEFAULT_FUSION)
         # One embedding thread: recall queries batched and served before bulk work.
         self.batcher = QueryBatcher(embedder)
         self.schema_version = 0

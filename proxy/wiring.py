@@ -13,7 +13,7 @@ from extraction.llm import OpenAICompatibleLLM
 from extraction.reconcile import Reconciler
 from extraction.worker import ChatActivity, ExtractionWorkers
 from memory_core.backends import jobs_for, make_store
-from memory_core.embedder import FastEmbedEmbedder
+from memory_core.embedder import make_embedder
 from memory_core.store import MemoryStore
 from proxy.admin.api import AdminAPI
 from proxy.admin.mcp_http import MCPEndpoint
@@ -57,7 +57,9 @@ def build_app(settings: Settings, store: MemoryStore | None = None) -> ASGIApp:
         )
         settings = settings.model_copy(update={"upstream_url": local.url})
     if store is None:
-        embedder = FastEmbedEmbedder(settings.embedding_model_dir, query_model=settings.query_model)
+        embedder = make_embedder(
+            settings.embedder, settings.embedding_model_dir, query_model=settings.query_model
+        )
         store = make_store(settings.db, embedder)
     jobs = jobs_for(store)
     metrics = Metrics()

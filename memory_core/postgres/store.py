@@ -251,7 +251,7 @@ class PostgresStore(EmbeddingStore):
             ((row[0], -row[end + 1]) for row in rows if row[end + 1] is not None),
             key=lambda h: h[1],
         )
-        results = fuse(query, vector_hits, text_hits, memories, now, text_key=TEXT_KEY)
+        results = fuse(query, vector_hits, text_hits, memories, now, TEXT_KEY, self.fusion)
         if query.standing is None:
             return results
         return await with_standing_rules(self, query, results, query.standing)

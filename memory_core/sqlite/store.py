@@ -354,7 +354,7 @@ class SQLiteStore(EmbeddingStore):
             text_hits = text_job.result() if text_job is not None else []
             rowids = list({r for r, _ in vector_hits} | {r for r, _ in text_hits})
             facts = load_rank_facts(conn, query, rowids, now)
-            ranked = rank(query, vector_hits, text_hits, facts, now)
+            ranked = rank(query, vector_hits, text_hits, facts, now, fusion=self.fusion)
             # The winners whole, through the same guard: one forgotten in between is gone.
             memories = load_active(conn, query, [rowid for rowid, _, _ in ranked], now)
             results = [Recalled(memories[r], s, info) for r, s, info in ranked if r in memories]

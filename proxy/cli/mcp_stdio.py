@@ -73,14 +73,14 @@ def mcp(
 
     from extraction.reconcile import Reconciler
     from memory_core.backends import describe, is_postgres_url, make_store
-    from memory_core.embedder import FastEmbedEmbedder
+    from memory_core.embedder import make_embedder
     from proxy.admin.mcp_server import build_server, fixed_caller
     from proxy.cli.serve import check_database
     from proxy.logs import configure_logging
 
     configure_logging(log_level)  # JSON lines on stderr, before the SDK would add its own
     check_database(db)
-    embedder = FastEmbedEmbedder(query_model=settings.query_model)
+    embedder = make_embedder(settings.embedder, query_model=settings.query_model)
     store = make_store(db, embedder, **({} if is_postgres_url(db) else {"readers": 2}))
 
     opening: asyncio.Task[None] | None = None

@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 
 from memory_core.backends import connection_errors, describe, is_postgres_url, make_store
-from memory_core.embedder import FastEmbedEmbedder
+from memory_core.embedder import make_embedder
 from memory_core.errors import MemoryError_, NotFound
 from memory_core.store import MemoryStore
 from proxy.cli.options import load_settings
@@ -24,7 +24,8 @@ def with_store(db: str, work: Callable[[MemoryStore], Awaitable[T]]) -> T:
 
     async def main() -> T:
         options = {} if is_postgres_url(db) else {"readers": 2}
-        embedder = FastEmbedEmbedder(query_model=load_settings().query_model)
+        settings = load_settings()
+        embedder = make_embedder(settings.embedder, query_model=settings.query_model)
         store = make_store(db, embedder, **options)
         await store.start()
         try:
