@@ -24,7 +24,6 @@ from memory_core.model import (
     validate_id,
 )
 from memory_core.recall import (
-    CommonTerms,
     Recalled,
     RecallQuery,
     knn,
@@ -42,7 +41,7 @@ from memory_core.rows import (
 )
 from memory_core.sqlite.db import Connection, check_database_path, connect
 from memory_core.sqlite.schema import migrate
-from memory_core.sqlite.tenant_bm25 import ScopeCounts, TermHits
+from memory_core.sqlite.tenant_bm25 import TermHits
 from memory_core.sqlite.threads import ConnectionThreads, transaction
 from memory_core.sqlite.vector_cache import VectorCache
 from memory_core.sqlite.vector_snapshot import SnapshotDir
@@ -66,9 +65,7 @@ class SQLiteStore(EmbeddingStore):
         self._readers_count = readers
         self._writer: ConnectionThreads | None = None
         self._readers: ConnectionThreads | None = None
-        self._common = CommonTerms()  # stems too common for BM25, not re-counted each time
-        self._scope_counts = ScopeCounts()  # each tenant's document count, for its own IDF
-        self._term_hits = TermHits()  # common terms' matches, until the next write
+        self._term_hits = TermHits()  # common terms' postings, until the tenant's next write
 
     @classmethod
     async def open(
@@ -306,11 +303,7 @@ class SQLiteStore(EmbeddingStore):
         if readers is None:
             raise RuntimeError("the store is not open")
         text_job = (
-            readers.submit(
-                lambda c: text_search(
-                    c, query, terms, pool, self._common, self._scope_counts, self._term_hits
-                )
-            )
+            readers.submit(lambda c: text_search(c, query, terms, pool, self._term_hits))
             if terms
             else None
         )

@@ -1,0 +1,161 @@
+"""Full-text postings and statistics per tenant and space, beside the FTS5 index.
+
+Why: FTS5 counts a term's documents, the row count and the average document length
+over the whole index, so one tenant's memories changed another tenant's BM25, and the
+cost budget could only count a term's postings index-wide (a word common in one tenant
+went unscored in every tenant; a word rare index-wide but common in one tenant cost
+that tenant a scan of all its matches). Here each (tenant, space) scope has its
+document count and total length (`text_scopes`), each term's document count
+(`text_terms`) and each term's postings with the term's frequency and the document's
+length (`text_postings`, read as one index range per term and scope). Terms come from
+FTS5's own tokenizer (a scratch FTS5 table in the connection's temp schema), so they
+are exactly the index's terms, and with one tenant in one space BM25 computed from
+these tables equals FTS5's `bm25()` (a test pins it).
+
+Only active memories are indexed (as in FTS5): `index_doc` and `unindex_doc` run in
+the same transaction as the memory's status change, and `text_docs` remembers each
+indexed document's scope, length and terms so that removal needs no re-tokenizing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from memory_core.sqlite.db import Connection, OperationalError
+
+TOKENIZE = "porter unicode61 remove_diacritics 2"  # as memory_fts (schema v1)
+_SCRATCH = "memrelay_tokens"
+
+TABLES = [
+    """CREATE TABLE text_scopes (
+        id INTEGER PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        space TEXT NOT NULL,
+        docs INTEGER NOT NULL,
+        tokens INTEGER NOT NULL,
+        UNIQUE (tenant, space)
+    )""",
+    """CREATE TABLE text_terms (
+        scope INTEGER NOT NULL,
+        term TEXT NOT NULL,
+        docs INTEGER NOT NULL,
+        PRIMARY KEY (scope, term)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE text_postings (
+        scope INTEGER NOT NULL,
+        term TEXT NOT NULL,
+        doc INTEGER NOT NULL,
+        tf INTEGER NOT NULL,
+        dl INTEGER NOT NULL,
+        PRIMARY KEY (scope, term, doc)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE text_docs (
+        doc INTEGER PRIMARY KEY,
+        scope INTEGER NOT NULL,
+        dl INTEGER NOT NULL,
+        terms TEXT NOT NULL
+    )""",
+]
+
+
+def _create_scratch(conn: Connection) -> None:
+    conn.execute(
+        f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{_SCRATCH} USING fts5("
+        f"content, content='', tokenize = '{TOKENIZE}')"
+    )
+    conn.execute(
+        f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{_SCRATCH}_vocab"
+        f" USING fts5vocab(temp, {_SCRATCH}, 'instance')"
+    )
+
+
+def tokenize(conn: Connection, texts: Sequence[str]) -> list[dict[str, int]]:
+    """Each text's terms with their frequencies, by FTS5's tokenizer (the index's own)."""
+    if not texts:
+        return []
+    rows = [(i, text or "") for i, text in enumerate(texts, start=1)]
+    insert = f"INSERT INTO temp.{_SCRATCH} (rowid, content) VALUES (?, ?)"
+    try:
+        conn.executemany(insert, rows)
+    except OperationalError:  # first use on this connection
+        _create_scratch(conn)
+        conn.executemany(insert, rows)
+    try:
+        found = conn.execute(
+            f"SELECT doc, term, count(*) FROM temp.{_SCRATCH}_vocab GROUP BY doc, term"
+        ).fetchall()
+    finally:
+        conn.execute(f"INSERT INTO temp.{_SCRATCH} ({_SCRATCH}) VALUES ('delete-all')")
+    out: list[dict[str, int]] = [{} for _ in texts]
+    for doc, term, count in found:
+        out[doc - 1][term] = count
+    return out
+
+
+def index_doc(conn: Connection, doc: int, tenant: str, space: str, content: str | None) -> None:
+    """Add an active memory's text to its scope's postings and statistics."""
+    _add(conn, doc, tenant, space, tokenize(conn, [content or ""])[0])
+
+
+def _add(conn: Connection, doc: int, tenant: str, space: str, terms: dict[str, int]) -> None:
+    length = sum(terms.values())
+    (scope,) = conn.execute(
+        "INSERT INTO text_scopes (tenant, space, docs, tokens) VALUES (?, ?, 1, ?)"
+        " ON CONFLICT (tenant, space) DO UPDATE SET docs = docs + 1,"
+        " tokens = tokens + excluded.tokens RETURNING id",
+        (tenant, space, length),
+    ).fetchone()
+    conn.execute(
+        "INSERT INTO text_docs (doc, scope, dl, terms) VALUES (?, ?, ?, ?)",
+        (doc, scope, length, " ".join(terms)),
+    )
+    conn.executemany(
+        "INSERT INTO text_postings (scope, term, doc, tf, dl) VALUES (?, ?, ?, ?, ?)",
+        [(scope, term, doc, tf, length) for term, tf in terms.items()],
+    )
+    conn.executemany(
+        "INSERT INTO text_terms (scope, term, docs) VALUES (?, ?, 1)"
+        " ON CONFLICT (scope, term) DO UPDATE SET docs = docs + 1",
+        [(scope, term) for term in terms],
+    )
+
+
+def unindex_doc(conn: Connection, doc: int) -> None:
+    """Remove a memory's text from its scope (nothing when it was not indexed). A term
+    no memory of the scope holds any more leaves no row (forget must erase)."""
+    row = conn.execute(
+        "DELETE FROM text_docs WHERE doc = ? RETURNING scope, dl, terms", (doc,)
+    ).fetchone()
+    if row is None:
+        return
+    scope, length, joined = row
+    terms = joined.split()
+    conn.execute(
+        "UPDATE text_scopes SET docs = docs - 1, tokens = tokens - ? WHERE id = ?",
+        (length, scope),
+    )
+    conn.executemany(
+        "DELETE FROM text_postings WHERE scope = ? AND term = ? AND doc = ?",
+        [(scope, term, doc) for term in terms],
+    )
+    conn.executemany(
+        "UPDATE text_terms SET docs = docs - 1 WHERE scope = ? AND term = ?",
+        [(scope, term) for term in terms],
+    )
+    conn.executemany(
+        "DELETE FROM text_terms WHERE scope = ? AND term = ? AND docs <= 0",
+        [(scope, term) for term in terms],
+    )
+
+
+def index_all(conn: Connection) -> None:
+    """Index every active memory (the migration of a database made before these tables)."""
+    rows = conn.execute(
+        "SELECT rowid, tenant, space, content FROM memories WHERE status = 'active' ORDER BY rowid"
+    ).fetchall()
+    for start in range(0, len(rows), 512):
+        batch = rows[start : start + 512]
+        for (doc, tenant, space, _), terms in zip(
+            batch, tokenize(conn, [r[3] or "" for r in batch]), strict=True
+        ):
+            _add(conn, doc, tenant, space, terms)
