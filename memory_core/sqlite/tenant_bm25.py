@@ -43,7 +43,7 @@ class TermHits:
     Why: reading a term's postings costs about 0.3 us each, and common terms are the
     ones queries keep repeating (a user's name, their project). Every entry is keyed by
     the head of the tenant's events feed: every change to what the tenant's full-text
-    search can see (a memory added, superseded, forgotten, expired, moved) appends an
+    search can see (a memory added, superseded, forgotten, expired) appends an
     event of that tenant in the same transaction. Other tenants' writes change nothing
     here, since no statistic is shared. The IDF and lengths are applied per query from
     the scope's current counts. Rare terms are cheap and not kept.
