@@ -39,6 +39,7 @@ from memory_core.rows import (
     fetch_memory,
     memory_from_row,
 )
+from memory_core.sqlite import text_index
 from memory_core.sqlite.db import Connection, check_database_path, connect
 from memory_core.sqlite.schema import migrate
 from memory_core.sqlite.tenant_bm25 import TermHits
@@ -133,10 +134,11 @@ class SQLiteStore(EmbeddingStore):
         checked = self.checked_embedded(tenant, space, items, vectors)
 
         def write(conn: Connection) -> list[Memory]:
-            return [
-                lifecycle.insert_memory(conn, tenant, space, item, vectors[i], actor)
-                for i, item in enumerate(checked)
-            ]
+            with text_index.tokenized_ahead(conn, [item.content for item in checked]):
+                return [
+                    lifecycle.insert_memory(conn, tenant, space, item, vectors[i], actor)
+                    for i, item in enumerate(checked)
+                ]
 
         return await self.run_write(write)
 
