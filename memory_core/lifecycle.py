@@ -27,6 +27,7 @@ from memory_core.rows import (
     fetch_memory,
     memory_values,
 )
+from memory_core.sqlite import text_index
 from memory_core.sqlite.db import Connection, IntegrityError
 
 
@@ -163,11 +164,13 @@ def _index(conn: Connection, rowid: int, memory: Memory, vector: np.ndarray) -> 
         (rowid, memory.tenant, memory.space, memory.kind, np.asarray(vector, np.float32).tobytes()),
     )
     conn.execute("INSERT INTO memory_fts (rowid, content) VALUES (?, ?)", (rowid, memory.content))
+    text_index.index_doc(conn, rowid, memory.tenant, memory.space, memory.content)
 
 
 def _unindex(conn: Connection, rowid: int) -> None:
     conn.execute("DELETE FROM memory_vec WHERE rowid = ?", (rowid,))
     conn.execute("DELETE FROM memory_fts WHERE rowid = ?", (rowid,))
+    text_index.unindex_doc(conn, rowid)
 
 
 def require(conn: Connection, tenant: str, memory_id: str) -> tuple[int, Memory]:

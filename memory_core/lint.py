@@ -48,6 +48,20 @@ SQLITE_CHECKS: list[tuple[str, str, str]] = [
         " WHERE v.tenant != m.tenant OR v.space != m.space",
         "a vector is filed under another tenant or space than its memory",
     ),
+    (
+        "active_without_postings",
+        "SELECT m.id FROM memories m WHERE m.status = 'active'"
+        " AND NOT EXISTS (SELECT 1 FROM text_docs d WHERE d.doc = m.rowid)",
+        "an active memory is missing from its scope's full-text postings and statistics",
+    ),
+    (
+        "postings_without_active_memory",
+        "SELECT coalesce(m.id, 'rowid ' || d.doc) FROM text_docs d"
+        " JOIN text_scopes s ON s.id = d.scope LEFT JOIN memories m ON m.rowid = d.doc"
+        " WHERE m.rowid IS NULL OR m.status != 'active' OR m.tenant != s.tenant"
+        " OR m.space != s.space",
+        "full-text postings belong to no active memory of their tenant and space",
+    ),
 ]
 
 # Postgres keeps vectors and text vectors in the row; a CHECK constraint already refuses

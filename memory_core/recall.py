@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import threading
 import time
 import unicodedata
 from collections.abc import Mapping
@@ -20,12 +19,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import snowballstemmer
 
 from memory_core.model import Memory, severity_of
 from memory_core.rows import MEMORY_COLUMNS, memory_from_row
 from memory_core.sqlite.db import Connection
-from memory_core.sqlite.tenant_bm25 import ScopeCounts, TermHits, scored_hits
+from memory_core.sqlite.tenant_bm25 import TermHits, scored_hits
 
 if TYPE_CHECKING:
     from memory_core.standing_rules import StandingPolicy
@@ -43,7 +41,6 @@ MAX_QUERY_CHARS = 4_000
 MAX_QUERY_TERMS = 32
 POSTINGS_BUDGET = 2_000
 COMMON_TTL_S = 300.0
-_STEMMERS = threading.local()  # snowball stemmers keep state: one per thread
 ENTITY_BOOST = 1.15
 SEVERITY_BOOST = {"critical": 1.2, "antipattern": 1.1, "context": 1.0}
 RECENCY_HALF_LIFE_DAYS = 30.0
@@ -123,62 +120,6 @@ def fold(text: str) -> str:
     return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
 
 
-class CommonTerms:
-    """Stems known to be past the postings budget, remembered for a while.
-
-    Counting a stem's documents in fts5vocab reads its whole doclist (about 2 ms for a
-    stem in 70k memories); a stem that common stays common, so the count is not redone
-    for COMMON_TTL_S. Only over-budget stems are kept: rare ones are always re-counted.
-    """
-
-    def __init__(self) -> None:
-        self._until: dict[str, float] = {}
-
-    def known(self, stem: str, now: float) -> bool:
-        return self._until.get(stem, 0.0) > now
-
-    def remember(self, stem: str, now: float) -> None:
-        if len(self._until) > 50_000:
-            self._until.clear()
-        self._until[stem] = now + COMMON_TTL_S
-
-
-def choose_terms(
-    conn: Connection, terms: list[str], common: CommonTerms | None = None
-) -> list[tuple[str, int]]:
-    """The rarest terms, each with its row count in the index, within a postings budget.
-
-    BM25 scores every document a term matches; a term found in thousands of memories
-    costs milliseconds and, its IDF being low, adds little to the ranking (the vector
-    side still sees it). Document frequencies come from the index vocabulary (porter
-    stems, computed here the same way). Terms the index has never seen are dropped.
-    """
-    stemmer = getattr(_STEMMERS, "porter", None)
-    if stemmer is None:
-        stemmer = _STEMMERS.porter = snowballstemmer.stemmer("porter")
-    now = time.monotonic()
-    stems = {stemmer.stemWord(term): term for term in terms}
-    if common is not None:
-        stems = {stem: term for stem, term in stems.items() if not common.known(stem, now)}
-    if not stems:
-        return []
-    rows = conn.execute(
-        f"SELECT term, doc FROM memory_fts_vocab WHERE term IN ({_in(list(stems))})", list(stems)
-    ).fetchall()
-    if common is not None:
-        for stem, docs in rows:
-            if docs > POSTINGS_BUDGET:
-                common.remember(stem, now)
-    chosen: list[tuple[str, int]] = []
-    total = 0
-    for stem, docs in sorted(rows, key=lambda row: row[1]):
-        if total + docs > POSTINGS_BUDGET:
-            break
-        chosen.append((stems[stem], docs))
-        total += docs
-    return chosen
-
-
 def _mentions(folded_query: str, entities: list[str]) -> bool:
     """Whether the query names one of a memory's tagged entities (`label:text`)."""
     for entity in entities:
@@ -210,22 +151,17 @@ def text_search(
     q: RecallQuery,
     terms: list[str],
     k: int,
-    common: CommonTerms | None = None,
-    counts: ScopeCounts | None = None,
     term_hits: TermHits | None = None,
 ) -> list[tuple[int, float]]:
-    """BM25 over the tenant's active memories in the read spaces (lower is better), each
-    term weighed by how rare it is among those memories, not in the whole index
+    """BM25 over the tenant's active memories in the read spaces (lower is better), with
+    every statistic counted over those memories, not the whole index
     (memory_core/sqlite/tenant_bm25.py): another tenant's data never changes the ranking.
 
-    The budget in `choose_terms` bounds the matches, so every match is scored first and
-    the scope is applied by joining the main table (a rowid lookup per match; CROSS JOIN
-    keeps SQLite from scanning the whole tenant instead).
+    A word with many postings costs milliseconds to score and, its IDF being low, adds
+    little to the ranking (the vector side still sees it): the rarest words are scored
+    within POSTINGS_BUDGET postings, counted in the tenant's read spaces.
     """
-    chosen = choose_terms(conn, terms, common)
-    if not chosen:
-        return []
-    return scored_hits(conn, q.tenant, q.spaces, chosen, k, counts or ScopeCounts(), term_hits)
+    return scored_hits(conn, q.tenant, q.spaces, terms, k, POSTINGS_BUDGET, term_hits)
 
 
 RANK_COLUMNS = "kind, confidence, subject, attribute, entities, observed_at, updated_at"

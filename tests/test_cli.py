@@ -136,6 +136,7 @@ def test_lint_passes_then_catches_broken_state(db):
     assert as_json("lint") == []
     conn = connect(db)
     conn.execute("DELETE FROM memory_vec WHERE rowid = (SELECT min(rowid) FROM memories)")
+    conn.execute("DELETE FROM text_docs WHERE doc = (SELECT min(rowid) FROM memories)")
     conn.execute(
         "UPDATE memories SET status = 'forgotten' WHERE rowid = (SELECT max(rowid) FROM memories)"
     )
@@ -151,6 +152,8 @@ def test_lint_passes_then_catches_broken_state(db):
         "text_without_active_memory",
         "vector_without_active_memory",
         "event_without_memory",
+        "active_without_postings",
+        "postings_without_active_memory",
     }
 
 

@@ -284,8 +284,9 @@ def test_writes_through_another_store_are_recalled(store, run, other_store):
 
 
 def test_common_words_are_left_to_the_vectors_rare_ones_still_rank(store, run):
-    """Past the postings budget a word is not ranked by full text (SQLite: fts5vocab
-    counts; Postgres: the planner's lexeme statistics); rarer words still are."""
+    """Past the postings budget a word is not ranked by full text (SQLite: the word's
+    memory count in the read spaces; Postgres: the planner's lexeme statistics); rarer
+    words still are."""
     import numpy as np
 
     from memory_core.recall import POSTINGS_BUDGET

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from memory_core.errors import SchemaMismatch
+from memory_core.sqlite import text_index
 from memory_core.sqlite.db import Connection
+
+Step = str | Callable[[Connection], None]  # a statement, or code run in the migration
 
 
 def _v1(dim: int) -> list[str]:
@@ -105,7 +110,13 @@ def _v4(dim: int) -> list[str]:
     return ["ALTER TABLE memories ADD COLUMN observed_at REAL"]
 
 
-MIGRATIONS = [_v1, _v2, _v3, _v4]
+def _v5(dim: int) -> list[Step]:
+    """Full-text statistics and postings per tenant and space (issue 17), filled from the
+    active memories: BM25 counted over one tenant's read spaces, not the whole index."""
+    return [*text_index.TABLES, text_index.index_all]
+
+
+MIGRATIONS: list[Callable[[int], Sequence[Step]]] = [_v1, _v2, _v3, _v4, _v5]
 
 
 def migrate(conn: Connection, embedder_name: str, dim: int) -> int:
@@ -127,8 +138,11 @@ def migrate(conn: Connection, embedder_name: str, dim: int) -> int:
     for number in range(version + 1, len(MIGRATIONS) + 1):
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for statement in MIGRATIONS[number - 1](dim):
-                conn.execute(statement)
+            for step in MIGRATIONS[number - 1](dim):
+                if callable(step):
+                    step(conn)
+                else:
+                    conn.execute(step)
             conn.execute("DELETE FROM schema_version")
             conn.execute("INSERT INTO schema_version (version) VALUES (?)", (number,))
             conn.execute(

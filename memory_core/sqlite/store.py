@@ -25,7 +25,6 @@ from memory_core.model import (
     validate_id,
 )
 from memory_core.recall import (
-    CommonTerms,
     Recalled,
     RecallQuery,
     knn,
@@ -41,12 +40,13 @@ from memory_core.rows import (
     fetch_memory,
     memory_from_row,
 )
+from memory_core.sqlite import text_index
 from memory_core.sqlite.db import Connection, check_database_path, connect
 from memory_core.sqlite.schema import migrate
 from memory_core.sqlite.standing import KINDS as STANDING
 from memory_core.sqlite.standing import found as standing_found
 from memory_core.sqlite.standing import standing_candidates
-from memory_core.sqlite.tenant_bm25 import ScopeCounts, TermHits
+from memory_core.sqlite.tenant_bm25 import TermHits
 from memory_core.sqlite.threads import ConnectionThreads, transaction
 from memory_core.sqlite.vector_cache import VectorCache
 from memory_core.sqlite.vector_snapshot import SnapshotDir
@@ -79,9 +79,7 @@ class SQLiteStore(EmbeddingStore):
         self._readers_count = readers
         self._writer: ConnectionThreads | None = None
         self._readers: ConnectionThreads | None = None
-        self._common = CommonTerms()  # stems too common for BM25, not re-counted each time
-        self._scope_counts = ScopeCounts()  # each tenant's document count, for its own IDF
-        self._term_hits = TermHits()  # common terms' matches, until the next write
+        self._term_hits = TermHits()  # common terms' postings, until the tenant's next write
 
     @classmethod
     async def open(
@@ -148,10 +146,11 @@ class SQLiteStore(EmbeddingStore):
         checked = self.checked_embedded(tenant, space, items, vectors)
 
         def write(conn: Connection) -> list[Memory]:
-            return [
-                lifecycle.insert_memory(conn, tenant, space, item, vectors[i], actor)
-                for i, item in enumerate(checked)
-            ]
+            with text_index.tokenized_ahead(conn, [item.content for item in checked]):
+                return [
+                    lifecycle.insert_memory(conn, tenant, space, item, vectors[i], actor)
+                    for i, item in enumerate(checked)
+                ]
 
         return await self.run_write(write)
 
@@ -318,11 +317,7 @@ class SQLiteStore(EmbeddingStore):
         if readers is None:
             raise RuntimeError("the store is not open")
         text_job = (
-            readers.submit(
-                lambda c: text_search(
-                    c, query, terms, pool, self._common, self._scope_counts, self._term_hits
-                )
-            )
+            readers.submit(lambda c: text_search(c, query, terms, pool, self._term_hits))
             if terms
             else None
         )

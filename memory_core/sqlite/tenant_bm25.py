@@ -1,25 +1,19 @@
-"""BM25 with each tenant's own document frequencies, on top of one shared FTS5 index.
+"""BM25 counted over one tenant's active memories in its read spaces.
 
-FTS5's `bm25()` weighs a term by how many rows of the whole index contain it, so one
-tenant's memories would change another tenant's ranking (a flood of "alpha" elsewhere
-makes "alpha" worthless here). A single-term match isolates the part of the score that
-belongs to one document: FTS5 scores it `-idf_index(t) * tf_part(t, d)`, and the index's
-IDF is known (its row count from the index's averages record, the term's row count from
-fts5vocab), so `tf_part` is recovered exactly and re-weighed with the IDF counted over
-the tenant's active memories in the read spaces. With one tenant and one space the
-result equals FTS5's own score (a test pins that). A query left with one term keeps
-FTS5's scores as they are: a factor common to every match changes no ranking, and
-recall's fusion is scale-free.
-
-Left shared: the length normalisation's average document length (the whole index's),
-and which terms are too common to score at all (`choose_terms`' cost budget).
+Every statistic BM25 uses comes from the scope's own tables (memory_core/sqlite/
+text_index.py): the number of documents, each term's document count (the IDF), each
+document's length and the average length, and which terms are too common to score (the
+cost budget counts a term's postings in the scope). So another tenant's memories, or
+another space's, never change a tenant's ranking, and a word common elsewhere is still
+scored where it is rare. The formula is FTS5's `bm25()` (k1 = 1.2, b = 0.75, the IDF
+clamped to 1e-6 when not positive), so with one tenant in one space the scores equal
+FTS5's own (a test pins it).
 """
 
 from __future__ import annotations
 
 import math
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -27,8 +21,10 @@ from typing import Any
 import numpy as np
 
 from memory_core.sqlite.db import Connection
+from memory_core.sqlite.text_index import tokenize
 
-SCOPE_COUNT_TTL_S = 5.0  # how long a tenant's document count may be reused
+K1 = 1.2  # FTS5's bm25() constants
+B = 0.75
 _MIN_IDF = 1e-6  # FTS5 clamps a non-positive IDF to this
 
 
@@ -38,77 +34,37 @@ def idf(rows: int, hits: int) -> float:
     return value if value > 0.0 else _MIN_IDF
 
 
-def _varint(blob: bytes, at: int = 0) -> tuple[int, int]:
-    """SQLite's varint (big-endian 7-bit groups; a 9th byte holds 8 bits)."""
-    value = 0
-    for i in range(9):
-        byte = blob[at + i]
-        if i == 8:
-            return (value << 8) | byte, at + 9
-        value = (value << 7) | (byte & 0x7F)
-        if byte < 0x80:
-            return value, at + i + 1
-    raise ValueError("bad varint")  # pragma: no cover - the loop always returns
-
-
-def index_rows(conn: Connection) -> int:
-    """How many rows the FTS5 index holds: the first varint of its averages record."""
-    row = conn.execute("SELECT block FROM memory_fts_data WHERE id = 1").fetchone()
-    return _varint(bytes(row[0]))[0] if row and row[0] else 0
-
-
-class ScopeCounts:
-    """A tenant's number of active memories per set of read spaces, reused briefly."""
-
-    def __init__(self) -> None:
-        self._counts: dict[tuple[str, tuple[str, ...]], tuple[float, int]] = {}
-
-    def count(self, conn: Connection, tenant: str, spaces: Sequence[str]) -> int:
-        key = (tenant, tuple(sorted(spaces)))
-        now = time.monotonic()
-        cached = self._counts.get(key)
-        if cached is not None and cached[0] > now:
-            return cached[1]
-        marks = ",".join("?" * len(key[1]))
-        (count,) = conn.execute(
-            "SELECT count(*) FROM memories WHERE tenant = ? AND status = 'active'"
-            f" AND space IN ({marks})",
-            [tenant, *key[1]],
-        ).fetchone()
-        if len(self._counts) > 10_000:
-            self._counts.clear()
-        self._counts[key] = (now + SCOPE_COUNT_TTL_S, count)
-        return count
+Postings = tuple[np.ndarray, np.ndarray, np.ndarray]  # documents, term frequencies, lengths
 
 
 class TermHits:
-    """Each common term's matches in a scope, with FTS5's scores, kept until the next write.
+    """Each common term's postings in a scope, kept until the tenant's next write.
 
-    Why: a term costs BM25 and a row lookup per match (about 2.4 us each), so a common
-    term costs milliseconds: the overhead benchmark's query names two topics of about
-    900 memories each, 4-5 ms of the recall. Common terms are also the ones queries keep
-    repeating (a user's name, their project). Every entry is keyed by the head of the
-    events feed: every change to what full-text search can see (a memory added,
-    superseded, forgotten, expired, moved) appends an event in the same transaction, and
-    any write anywhere invalidates all entries, since FTS5's IDF and average length are
-    shared by all tenants. Rare terms are cheap and not kept.
+    Why: a term costs a row read per posting (about 2 us each on a loaded machine), so
+    a common term costs milliseconds, and common terms are the ones queries keep
+    repeating (a user's name, their project). Every entry is keyed by
+    the head of the tenant's events feed: every change to what the tenant's full-text
+    search can see (a memory added, superseded, forgotten, expired) appends an
+    event of that tenant in the same transaction. Other tenants' writes change nothing
+    here, since no statistic is shared. The IDF and lengths are applied per query from
+    the scope's current counts. Rare terms are cheap and not kept.
     """
 
     MIN_MATCHES = 200
     MAX_ENTRIES = 256
 
     def __init__(self) -> None:
-        self._entries: OrderedDict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._entries: OrderedDict[tuple[Any, ...], Postings] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[Any, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+    def get(self, key: tuple[Any, ...]) -> Postings | None:
         with self._lock:
             hit = self._entries.get(key)
             if hit is not None:
                 self._entries.move_to_end(key)
             return hit
 
-    def put(self, key: tuple[Any, ...], value: tuple[np.ndarray, np.ndarray]) -> None:
+    def put(self, key: tuple[Any, ...], value: Postings) -> None:
         if len(value[0]) < self.MIN_MATCHES:
             return
         with self._lock:
@@ -121,66 +77,125 @@ class TermHits:
         return len(self._entries)
 
 
-def _term_matches(
+def _in(values: Sequence[Any]) -> str:
+    return ",".join("?" * len(values))
+
+
+def query_stems(conn: Connection, terms: Sequence[str]) -> list[str]:
+    """The query's distinct index terms in order, by the index's own tokenizer (a Python
+    stemmer disagrees on some words: "technology" is "technolog" to FTS5)."""
+    stems: dict[str, None] = {}
+    for found in tokenize(conn, terms):
+        stems.update(dict.fromkeys(found))
+    return list(stems)
+
+
+def choose_terms(hits: dict[str, int], stems: Sequence[str], budget: int) -> list[str]:
+    """The rarest terms of the scope within a postings budget (each term's scoring cost
+    is its number of postings in the scope). Terms the scope has never seen are dropped."""
+    chosen: list[str] = []
+    total = 0
+    for stem in sorted((s for s in stems if hits.get(s)), key=lambda s: hits[s]):
+        if total + hits[stem] > budget:
+            break
+        chosen.append(stem)
+        total += hits[stem]
+    return chosen
+
+
+def _postings(
     conn: Connection,
-    tenant: str,
-    spaces: Sequence[str],
+    scopes: list[int],
+    key: tuple[Any, ...],
     term: str,
-    version: int,
     cache: TermHits | None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """(rowids, FTS5 scores) of the term's matches among the tenant's active memories in
-    `spaces`, from the cache when nothing was written since."""
-    key = (version, tenant, tuple(spaces), term)
+) -> Postings:
+    """The term's postings in the scopes, by document, from the cache when the tenant
+    wrote nothing since."""
     if cache is not None and (hit := cache.get(key)) is not None:
         return hit
-    marks = ",".join("?" * len(spaces))
     rows = conn.execute(
-        "WITH hits AS MATERIALIZED (SELECT rowid, bm25(memory_fts) AS s FROM memory_fts"
-        " WHERE memory_fts MATCH ?)"
-        " SELECT hits.rowid, hits.s FROM hits CROSS JOIN memories m ON m.rowid = hits.rowid"
-        f" WHERE m.tenant = ? AND m.status = 'active' AND m.space IN ({marks})",
-        [f'"{term}"', tenant, *spaces],
+        f"SELECT doc, tf, dl FROM text_postings WHERE scope IN ({_in(scopes)}) AND term = ?"
+        " ORDER BY doc",
+        [*scopes, term],
     ).fetchall()
-    found = (
-        np.fromiter((r for r, _ in rows), dtype=np.int64, count=len(rows)),
-        np.fromiter((s for _, s in rows), dtype=np.float64, count=len(rows)),
-    )
+    found = np.array(rows, dtype=np.int64).reshape(-1, 3).T
+    postings = (found[0], found[1].astype(np.float64), found[2].astype(np.float64))
     if cache is not None:
-        cache.put(key, found)
-    return found
+        cache.put(key, postings)
+    return postings
 
 
 def scored_hits(
     conn: Connection,
     tenant: str,
     spaces: Sequence[str],
-    terms: Sequence[tuple[str, int]],
+    terms: Sequence[str],
     k: int,
-    counts: ScopeCounts,
+    budget: int,
     cache: TermHits | None = None,
 ) -> list[tuple[int, float]]:
     """The k best (rowid, score) of the tenant's active memories in `spaces` for the
-    terms (each with its row count in the whole index), lower score is better as with
-    FTS5's `bm25()`. Ties keep the order of first appearance (term by term, as matched)."""
-    version = conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0]
-    matched = [_term_matches(conn, tenant, spaces, t, version, cache) for t, _ in terms]
-    if len(terms) == 1:
-        # One term: its weight would be the same for every match, and recall's fusion is
-        # scale-free (min-max, confidence as a ratio), so FTS5's own scores rank exactly
-        # as the tenant's would.
-        rowids, scores = matched[0]
-        return _best(rowids, scores, k)
-    rows = index_rows(conn)
-    scope_rows = counts.count(conn, tenant, spaces)
+    query's words, lower score is better as with FTS5's `bm25()`. Ties keep the order of
+    first appearance (term by term, by document). One read transaction: the counts and
+    the postings are of the same moment."""
+    if not terms or not spaces:
+        return []
+    opened = not conn.in_transaction
+    if opened:
+        conn.execute("BEGIN")
+    try:
+        return _scored(conn, tenant, spaces, terms, k, budget, cache)
+    finally:
+        if opened:
+            conn.execute("COMMIT")
+
+
+def _scored(
+    conn: Connection,
+    tenant: str,
+    spaces: Sequence[str],
+    terms: Sequence[str],
+    k: int,
+    budget: int,
+    cache: TermHits | None,
+) -> list[tuple[int, float]]:
+    scopes_rows = conn.execute(
+        f"SELECT id, docs, tokens FROM text_scopes WHERE tenant = ? AND space IN ({_in(spaces)})"
+        " AND docs > 0",
+        [tenant, *spaces],
+    ).fetchall()
+    if not scopes_rows:
+        return []
+    scopes = [row[0] for row in scopes_rows]
+    rows = sum(row[1] for row in scopes_rows)
+    avgdl = sum(row[2] for row in scopes_rows) / rows
+    stems = query_stems(conn, terms)
+    if not stems:
+        return []
+    hits = dict(
+        conn.execute(
+            f"SELECT term, sum(docs) FROM text_terms WHERE scope IN ({_in(scopes)})"
+            f" AND term IN ({_in(stems)}) GROUP BY term",
+            [*scopes, *stems],
+        ).fetchall()
+    )
+    chosen = choose_terms(hits, stems, budget)
+    if not chosen:
+        return []
+    (version,) = conn.execute(
+        "SELECT coalesce(max(seq), 0) FROM events WHERE tenant = ?", (tenant,)
+    ).fetchone()
+    spaces_key = tuple(sorted(spaces))
     parts_r, parts_s = [], []
-    for (_, index_hits), (rowids, scores) in zip(terms, matched, strict=True):
-        if not len(rowids):
+    for term in chosen:
+        docs, tf, dl = _postings(conn, scopes, (version, tenant, spaces_key, term), term, cache)
+        if not len(docs):
             continue
-        # the count may be up to SCOPE_COUNT_TTL_S old: never fewer rows than matches
-        weight = idf(max(scope_rows, len(rowids)), len(rowids)) / idf(rows, index_hits)
-        parts_r.append(rowids)
-        parts_s.append(scores * weight)  # score = -idf_index * tf_part
+        weight = idf(rows, hits[term])
+        norm = K1 * (1.0 - B + B * dl / avgdl) if avgdl > 0 else K1 * (1.0 - B)
+        parts_r.append(docs)
+        parts_s.append(-weight * (tf * (K1 + 1.0)) / (tf + norm))
     if not parts_r:
         return []
     all_r, all_s = np.concatenate(parts_r), np.concatenate(parts_s)
