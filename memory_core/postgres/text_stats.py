@@ -1,0 +1,87 @@
+"""BM25 on Postgres with each tenant's own statistics, computed in the recall statement.
+
+`ts_rank` reads only the document: a word found in every memory of a tenant weighs as
+much as one found in a single memory. This scores the full-text matches as SQLite's
+FTS5 does (k1 = 1.2, b = 0.75, FTS5's IDF and its clamp), every statistic counted over
+the tenant's active memories in the read spaces, so another tenant or an unreadable
+space never changes the ranking:
+
+- N and the average length: `ScopeStats`, one index-only count per scope, reused for
+  SCOPE_STATS_TTL_S (schema step 5 keeps each memory's length in `tsv_length`);
+- a term's document frequency: its matches in scope, counted in the statement, since
+  every match in scope is scored anyway;
+- a term's frequency in a memory: the number of its positions in `tsv`.
+
+Cost: the matches are those of the query's lexemes minus the ones the planner's
+statistics show in more than POSTINGS_BUDGET memories (the store's `_common_lexemes`),
+so a common word never makes recall read a whole tenant; each match's `tsv` is read
+once, as `ts_rank` read it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from psycopg import AsyncConnection
+
+K1 = 1.2  # FTS5's bm25() constants
+B = 0.75
+MIN_IDF = 1e-6  # FTS5 clamps a non-positive IDF to this
+SCOPE_STATS_TTL_S = 5.0  # how long a scope's count and average length may be reused
+
+
+class ScopeStats:
+    """A tenant's active memories in a set of read spaces: how many, average length."""
+
+    def __init__(self) -> None:
+        self._stats: dict[tuple[str, tuple[str, ...]], tuple[float, int, float]] = {}
+
+    async def get(
+        self, conn: AsyncConnection, tenant: str, spaces: Sequence[str]
+    ) -> tuple[int, float]:
+        key = (tenant, tuple(sorted(spaces)))
+        now = time.monotonic()
+        cached = self._stats.get(key)
+        if cached is not None and cached[0] > now:
+            return cached[1], cached[2]
+        cursor = await conn.execute(
+            "SELECT count(*), coalesce(sum(tsv_length), 0) FROM memories"
+            " WHERE tenant = %s AND status = 'active' AND space = ANY(%s)",
+            (tenant, list(key[1])),
+        )
+        count, length = await cursor.fetchone() or (0, 0)
+        average = float(length) / count if count else 1.0
+        if len(self._stats) > 10_000:
+            self._stats.clear()
+        self._stats[key] = (now + SCOPE_STATS_TTL_S, int(count), max(average, 1.0))
+        return int(count), max(average, 1.0)
+
+
+def bm25_ctes(scope: str, kinds: str, text_config: str) -> str:
+    """CTEs `q` (the query's lexemes) ... `x` (seq, rank: BM25, higher is better, the
+    best %(pool)s), for a statement whose parameters hold `terms`, `common`, `docs`,
+    `avg_length` and `pool`. `scope` is the tenant / read spaces / active condition the
+    statistics are counted over; `kinds` further narrows the ranked candidates only."""
+    return (
+        "q AS (SELECT array_agg(lexeme) AS lexemes,"
+        " to_tsquery('simple', string_agg(quote_literal(lexeme), ' | ')) AS query"
+        f" FROM unnest(to_tsvector('{text_config}', %(terms)s))"
+        " WHERE lexeme <> ALL(%(common)s::text[])),"
+        " hits AS MATERIALIZED (SELECT seq, kind, tsv, tsv_length FROM memories, q"
+        f" WHERE tsv @@ q.query AND {scope}),"
+        " tf AS MATERIALIZED (SELECT h.seq, h.kind, h.tsv_length AS dl, t.lexeme,"
+        " cardinality(t.positions) AS tf FROM hits h, q, unnest(h.tsv) t"
+        " WHERE t.lexeme = ANY(q.lexemes)),"
+        " df AS (SELECT lexeme, count(*) AS df FROM tf GROUP BY lexeme),"
+        " x AS (SELECT tf.seq, sum(greatest(ln((greatest(%(docs)s::float8, df.df)"
+        f" - df.df + 0.5) / (df.df + 0.5)), {MIN_IDF}) * tf.tf * {K1 + 1}"
+        f" / (tf.tf + {K1} * (1 - {B} + {B} * coalesce(tf.dl, 0) / %(avg_length)s::float8)))"
+        f" AS rank FROM tf JOIN df USING (lexeme) WHERE true{kinds}"
+        " GROUP BY tf.seq ORDER BY rank DESC, tf.seq LIMIT %(pool)s)"
+    )
+
+
+def bm25_params(docs: int, avg_length: float) -> dict[str, Any]:
+    return {"docs": docs, "avg_length": avg_length}
