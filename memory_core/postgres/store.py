@@ -252,9 +252,9 @@ class PostgresStore(EmbeddingStore):
         vector_hits = sorted(
             ((row[0], row[end]) for row in rows if row[end] is not None), key=lambda h: -h[1]
         )
-        text_hits = sorted(
+        text_hits = sorted(  # ties: the older memory first, as in the statement
             ((row[0], -row[end + 1]) for row in rows if row[end + 1] is not None),
-            key=lambda h: h[1],
+            key=lambda h: (h[1], h[0]),
         )
         return fuse(query, vector_hits, text_hits, memories, now, text_key=TEXT_KEY)
 

@@ -70,7 +70,9 @@ def bm25_ctes(scope: str, kinds: str, text_config: str) -> str:
     weight 1 and no normalisation, which is sum(1/j^2, j = 1..tf) / (pi^2/6) (tsrank.c,
     calc_rank_or); the tail of that series is about 1 / (tf + 1/2), so tf is read back
     exactly (a test pins tf = 2). Unnesting each match's tsvector instead cost 4-5x as
-    much (building every lexeme's position array)."""
+    much (building every lexeme's position array). Scores are rounded to 12 decimals so
+    that equal scores summed in another order stay equal: ties then go to the older
+    memory (lower seq), here and in the store's sort, as FTS5's rowid order does."""
     return (
         "terms AS (SELECT lexeme, to_tsquery('simple', quote_literal(lexeme)) AS one"
         f" FROM unnest(to_tsvector('{text_config}', %(terms)s))"
@@ -84,10 +86,10 @@ def bm25_ctes(scope: str, kinds: str, text_config: str) -> str:
         " * (1 - ts_rank('{1,1,1,1}', h.tsv, t.one, 0)::float8), 1e-9) - 0.5), 1) AS tf"
         " FROM hits h, terms t WHERE h.tsv @@ t.one),"
         " df AS (SELECT lexeme, count(*) AS df FROM tf GROUP BY lexeme),"
-        " x AS (SELECT tf.seq, sum(greatest(ln((greatest(%(docs)s::float8, df.df)"
+        " x AS (SELECT tf.seq, round(sum(greatest(ln((greatest(%(docs)s::float8, df.df)"
         f" - df.df + 0.5) / (df.df + 0.5)), {MIN_IDF}) * tf.tf * {K1 + 1}"
         f" / (tf.tf + {K1} * (1 - {B} + {B} * coalesce(tf.dl, 0) / %(avg_length)s::float8)))"
-        f" AS rank FROM tf JOIN df USING (lexeme) WHERE true{kinds}"
+        f"::numeric, 12)::float8 AS rank FROM tf JOIN df USING (lexeme) WHERE true{kinds}"
         " GROUP BY tf.seq ORDER BY rank DESC, tf.seq LIMIT %(pool)s)"
     )
 
