@@ -26,7 +26,7 @@ from memory_core.listing import MAX_LIMIT, list_sql, page_of
 from memory_core.model import STATUSES, Event, Memory, NewMemory, content_hash, validate_id
 from memory_core.postgres import lifecycle as pg_lifecycle
 from memory_core.postgres.schema import migrate
-from memory_core.postgres.text_stats import ScopeStats, bm25_ctes
+from memory_core.postgres.text_stats import ScopeStats, bm25_ctes, bm25_params
 from memory_core.recall import (
     COMMON_TTL_S,
     POSTINGS_BUDGET,
@@ -245,7 +245,7 @@ class PostgresStore(EmbeddingStore):
         async with self._pool.connection() as conn:
             if terms:
                 docs, avg_length = await self._scope_stats.get(conn, query.tenant, query.spaces)
-                params.update(docs=docs, avg_length=avg_length)
+                params.update(bm25_params(docs, avg_length))
             rows = await (await conn.execute(sql, params)).fetchall()
         end = 1 + len(MEMORY_FIELDS)  # rowid, the memory's columns, similarity, rank
         memories = {row[0]: memory_from_row(row[1:end]) for row in rows}

@@ -62,8 +62,8 @@ class ScopeStats:
 
 def bm25_ctes(scope: str, kinds: str, text_config: str) -> str:
     """CTEs `terms` (the query's lexemes) ... `x` (seq, rank: BM25, higher is better, the
-    best %(pool)s), for a statement whose parameters hold `terms`, `common`, `docs`,
-    `avg_length` and `pool`. `scope` is the tenant / read spaces / active condition the
+    best %(pool)s), for a statement whose parameters hold `terms`, `common`, `pool` and
+    `bm25_params`. `scope` is the tenant / read spaces / active condition the
     statistics are counted over; `kinds` further narrows the ranked candidates only.
 
     A term's frequency in a memory comes from `ts_rank` of that one term with every
@@ -72,7 +72,8 @@ def bm25_ctes(scope: str, kinds: str, text_config: str) -> str:
     exactly (a test pins tf = 2). Unnesting each match's tsvector instead cost 4-5x as
     much (building every lexeme's position array). Scores are rounded to 12 decimals so
     that equal scores summed in another order stay equal: ties then go to the older
-    memory (lower seq), here and in the store's sort, as FTS5's rowid order does."""
+    memory (lower seq), here and in the store's sort, as FTS5's rowid order does. Each
+    term's IDF is computed once (`idf`), not per match."""
     return (
         "terms AS (SELECT lexeme, to_tsquery('simple', quote_literal(lexeme)) AS one"
         f" FROM unnest(to_tsvector('{text_config}', %(terms)s))"
@@ -85,14 +86,15 @@ def bm25_ctes(scope: str, kinds: str, text_config: str) -> str:
         " greatest(round(1 / greatest(1.6449340668482264"
         " * (1 - ts_rank('{1,1,1,1}', h.tsv, t.one, 0)::float8), 1e-9) - 0.5), 1) AS tf"
         " FROM hits h, terms t WHERE h.tsv @@ t.one),"
-        " df AS (SELECT lexeme, count(*) AS df FROM tf GROUP BY lexeme),"
-        " x AS (SELECT tf.seq, round(sum(greatest(ln((greatest(%(docs)s::float8, df.df)"
-        f" - df.df + 0.5) / (df.df + 0.5)), {MIN_IDF}) * tf.tf * {K1 + 1}"
-        f" / (tf.tf + {K1} * (1 - {B} + {B} * coalesce(tf.dl, 0) / %(avg_length)s::float8)))"
-        f"::numeric, 12)::float8 AS rank FROM tf JOIN df USING (lexeme) WHERE true{kinds}"
+        " idf AS (SELECT lexeme, greatest(ln((greatest(%(docs)s::float8, count(*))"
+        f" - count(*) + 0.5) / (count(*) + 0.5)), {MIN_IDF}) AS idf FROM tf GROUP BY lexeme),"
+        " x AS (SELECT tf.seq, round(sum(idf.idf * tf.tf * %(k1_plus_1)s"
+        " / (tf.tf + %(k1)s * (1 - %(b)s + %(b)s * coalesce(tf.dl, 0) / %(avg_length)s)))"
+        f" * 1e12::float8) / 1e12::float8 AS rank FROM tf JOIN idf USING (lexeme) WHERE true{kinds}"
         " GROUP BY tf.seq ORDER BY rank DESC, tf.seq LIMIT %(pool)s)"
     )
 
 
 def bm25_params(docs: int, avg_length: float) -> dict[str, Any]:
-    return {"docs": docs, "avg_length": avg_length}
+    """The statement's statistics and constants (floats, so the arithmetic is float8)."""
+    return {"docs": docs, "avg_length": avg_length, "k1": K1, "k1_plus_1": K1 + 1, "b": B}
