@@ -187,7 +187,7 @@ def test_the_same_commands_work_on_postgres(pg_server, embedder, tmp_path, monke
     memory_id = added["memory"]["id"]
     hits = as_json("recall", "can I deploy today?", "--tenant", "acme")
     assert [h["memory"]["id"] for h in hits] == [memory_id]
-    assert "text_ts_rank" in hits[0]["breakdown"]
+    assert "text_bm25" in hits[0]["breakdown"]
     assert as_json("stats", "--tenant", "acme")["by_status"] == {"active": 1}
     assert as_json("lint") == []
     out = tmp_path / "acme.jsonl"

@@ -1,6 +1,6 @@
 """Full-text ranking counts each tenant's own memories: another tenant's data never
-changes it (SQLite re-weighs FTS5's scores with the tenant's IDF; Postgres' ts_rank
-reads only the document itself)."""
+changes it (SQLite re-weighs FTS5's scores with the tenant's IDF; Postgres computes
+BM25 over the tenant's statistics, see also test_postgres_text_ranking.py)."""
 
 from __future__ import annotations
 

@@ -112,7 +112,27 @@ def _v4(dim: int) -> list[str]:
     ]
 
 
-MIGRATIONS = [_v1, _v2, _v3, _v4]
+def _v5(dim: int) -> list[str]:
+    """Full-text statistics per tenant and read spaces (issue 17, text_stats.py): each
+    active memory's length in tokens, kept by a trigger wherever `tsv` is written, and an
+    index that sums a scope's lengths and counts its memories without reading the table.
+    The length is the last token position, stop words included, as FTS5 counts tokens."""
+    return [
+        "CREATE FUNCTION memrelay_token_count(tsvector) RETURNS integer"
+        " LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE"
+        " AS $$SELECT coalesce(max(p), 0)::integer FROM unnest($1) u, unnest(u.positions) p$$",
+        "CREATE FUNCTION memrelay_set_tsv_length() RETURNS trigger LANGUAGE plpgsql"
+        " AS $$BEGIN NEW.tsv_length := memrelay_token_count(NEW.tsv); RETURN NEW; END$$",
+        "ALTER TABLE memories ADD COLUMN tsv_length integer",
+        "UPDATE memories SET tsv_length = memrelay_token_count(tsv) WHERE tsv IS NOT NULL",
+        "CREATE TRIGGER memories_tsv_length BEFORE INSERT OR UPDATE OF tsv ON memories"
+        " FOR EACH ROW EXECUTE FUNCTION memrelay_set_tsv_length()",
+        "CREATE INDEX memories_text_stats ON memories (tenant, space) INCLUDE (tsv_length)"
+        " WHERE status = 'active'",
+    ]
+
+
+MIGRATIONS = [_v1, _v2, _v3, _v4, _v5]
 
 
 async def migrate(conn: AsyncConnection, embedder_name: str, dim: int) -> int:

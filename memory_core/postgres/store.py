@@ -27,6 +27,7 @@ from memory_core.model import STATUSES, Event, Memory, NewMemory, content_hash, 
 from memory_core.postgres import lifecycle as pg_lifecycle
 from memory_core.postgres.schema import migrate
 from memory_core.postgres.standing import standing_candidates
+from memory_core.postgres.text_stats import ScopeStats, bm25_ctes, bm25_params
 from memory_core.recall import (
     COMMON_TTL_S,
     POSTINGS_BUDGET,
@@ -45,7 +46,7 @@ from memory_core.standing_rules import Candidates, StandingPolicy, with_standing
 from memory_core.store import ImportResult, ListQuery, Page
 from memory_core.store_base import EmbeddingStore, import_texts, recall_input
 
-TEXT_KEY = "text_ts_rank"  # Postgres ranks text hits with ts_rank, not BM25
+TEXT_KEY = "text_bm25"  # BM25 with the tenant's own statistics, as on SQLite (text_stats.py)
 
 
 async def _configure(conn: AsyncConnection) -> None:
@@ -74,6 +75,7 @@ class PostgresStore(EmbeddingStore):
         )
         self._common: list[str] = []  # lexemes too common to rank, from pg_stats
         self._common_until = 0.0
+        self._scope_stats = ScopeStats()
 
     @classmethod
     async def open(cls, url: str, embedder: Embedder, **options: Any) -> PostgresStore:
@@ -241,15 +243,19 @@ class PostgresStore(EmbeddingStore):
         now = time.time()
         common = await self._common_lexemes() if terms else []
         sql, params = _recall_sql(query, vector, terms, common, max(query.top_k * 4, 40), now)
-        rows = await self.fetch(sql, params)
+        async with self._pool.connection() as conn:
+            if terms:
+                docs, avg_length = await self._scope_stats.get(conn, query.tenant, query.spaces)
+                params.update(bm25_params(docs, avg_length))
+            rows = await (await conn.execute(sql, params)).fetchall()
         end = 1 + len(MEMORY_FIELDS)  # rowid, the memory's columns, similarity, rank
         memories = {row[0]: memory_from_row(row[1:end]) for row in rows}
         vector_hits = sorted(
             ((row[0], row[end]) for row in rows if row[end] is not None), key=lambda h: -h[1]
         )
-        text_hits = sorted(
+        text_hits = sorted(  # ties: the older memory first, as in the statement
             ((row[0], -row[end + 1]) for row in rows if row[end + 1] is not None),
-            key=lambda h: h[1],
+            key=lambda h: (h[1], h[0]),
         )
         results = fuse(query, vector_hits, text_hits, memories, now, TEXT_KEY, self.fusion)
         if query.standing is None:
@@ -359,12 +365,12 @@ def _recall_sql(
     """One statement: KNN and text candidates, then the guard over the rows they name."""
     params: dict[str, Any] = {"tenant": q.tenant, "spaces": list(q.spaces), "pool": pool}
 
-    def in_scope(alias: str) -> str:
+    def in_scope(alias: str, kinds: bool = True) -> str:
         sql = (
             f"{alias}tenant = %(tenant)s AND {alias}status = 'active'"
             f" AND {alias}space = ANY(%(spaces)s)"
         )
-        return sql + (f" AND {alias}kind = ANY(%(kinds)s)" if q.kinds else "")
+        return sql + (f" AND {alias}kind = ANY(%(kinds)s)" if q.kinds and kinds else "")
 
     scope = in_scope("")
     if q.kinds:
@@ -380,18 +386,14 @@ def _recall_sql(
         parts.append("v AS (SELECT NULL::bigint AS seq, NULL::float8 AS similarity LIMIT 0)")
     if terms:
         # The query's lexemes, minus those too common to be worth ranking (as with
-        # SQLite's postings budget); already stemmed, so the 'simple' config keeps them.
+        # SQLite's postings budget), scored with BM25 over the tenant's statistics: the
+        # statistics count every kind, the kinds filter narrows the candidates only.
         params["terms"] = " ".join(terms)
         params["common"] = list(common)
-        parts.append(
-            "q AS (SELECT to_tsquery('simple', string_agg(quote_literal(lexeme), ' | '))"
-            f" AS query FROM unnest(to_tsvector('{pg_lifecycle.TEXT_CONFIG}', %(terms)s))"
-            " WHERE lexeme <> ALL(%(common)s::text[])),"
-            " x AS (SELECT seq, ts_rank(tsv, q.query, 1) AS rank FROM memories, q"
-            f" WHERE tsv @@ q.query AND {scope} ORDER BY rank DESC LIMIT %(pool)s)"
-        )
+        kinds = " AND tf.kind = ANY(%(kinds)s)" if q.kinds else ""
+        parts.append(bm25_ctes(in_scope("", kinds=False), kinds, pg_lifecycle.TEXT_CONFIG))
     else:
-        parts.append("x AS (SELECT NULL::bigint AS seq, NULL::float4 AS rank LIMIT 0)")
+        parts.append("x AS (SELECT NULL::bigint AS seq, NULL::float8 AS rank LIMIT 0)")
     sql = (
         f"WITH {', '.join(parts)} SELECT m.seq, "
         + ", ".join(f"m.{c.strip()}" for c in MEMORY_COLUMNS.split(","))
