@@ -173,6 +173,13 @@ class FastEmbedEmbedder:
                 )
             return self._models[kind]
 
+    @property
+    def query_batch(self) -> int:
+        """Recall queries worth embedding in one call (the query batcher's turn): the
+        dynamic copy embeds one per call (see `embed_queries`), so a turn of one lets
+        another tenant's waiting query go next; the exact model gains from batches."""
+        return 1 if self.query_model == "dynamic" else 8
+
     def _query_copy(self, path: Path) -> Path:
         """The faster query copy of the model at `path`; the model itself, said in the
         log, when the copy cannot be built (recall still works, only slower)."""

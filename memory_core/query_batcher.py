@@ -269,7 +269,7 @@ class QueryBatcher:
             if self._queries:
                 oldest = min(q[0].arrived for q in self._queries.values())
                 wait = oldest + self.window_s - time.monotonic()
-                crowded = self._shared and self._pending() < self.max_batch
+                crowded = self._shared and self._pending() < self.batch_limit
                 if wait > 0 and crowded and not self._closed:
                     self._cond.wait(wait)
                     continue
@@ -283,6 +283,13 @@ class QueryBatcher:
             if self._closed:
                 return None, None
             self._cond.wait()
+
+    @property
+    def batch_limit(self) -> int:
+        """Queries taken in one turn: `max_batch`, or fewer when the embedder says more
+        gain nothing (`query_batch`: a model that embeds queries one per call). A
+        smaller turn lets a waiting tenant's query go sooner (round-robin per turn)."""
+        return max(1, min(self.max_batch, getattr(self.embedder, "query_batch", self.max_batch)))
 
     def _pending(self) -> int:
         return sum(len(q) for q in self._queries.values())
@@ -299,9 +306,10 @@ class QueryBatcher:
     def _take_batch(self) -> list[_Waiter]:
         """Up to max_batch waiters, one per tenant per round; served tenants move last."""
         batch: list[_Waiter] = []
-        while self._queries and len(batch) < self.max_batch:
+        limit = self.batch_limit
+        while self._queries and len(batch) < limit:
             for tenant in list(self._queries):
-                if len(batch) >= self.max_batch:
+                if len(batch) >= limit:
                     break
                 queue = self._queries[tenant]
                 batch.append(queue.popleft())

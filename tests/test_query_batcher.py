@@ -71,7 +71,19 @@ async def parked(gated: Gated, batcher: QueryBatcher) -> asyncio.Task:
     return task
 
 
-def test_each_caller_gets_its_own_vector_same_as_unbatched(embedder):
+@pytest.fixture(scope="module")
+def exact_embedder() -> Any:
+    """The model itself for queries: it embeds a batch in one call."""
+    from memory_core import FastEmbedEmbedder
+
+    return FastEmbedEmbedder(query_model="exact")
+
+
+@pytest.mark.parametrize("model", ["exact", "dynamic"])
+def test_each_caller_gets_its_own_vector_same_as_unbatched(embedder, exact_embedder, model):
+    """Batched (the exact model) or one per turn (the dynamic copy, whose vectors would
+    depend on their batch companions), each caller gets the vector of its text alone."""
+    embedder = exact_embedder if model == "exact" else embedder
     texts = [f"what do I know about topic number {i} and its neighbours?" for i in range(24)]
     batcher = QueryBatcher(embedder, max_batch=8)
 
@@ -88,7 +100,10 @@ def test_each_caller_gets_its_own_vector_same_as_unbatched(embedder):
         alone = embedder.embed_queries([text])[0]
         assert vector.shape == (embedder.dim,)
         np.testing.assert_allclose(vector, alone, atol=1e-4)
-    assert max(batcher.batches) > 1  # concurrent queries did share calls
+    if model == "exact":
+        assert max(batcher.batches) > 1  # concurrent queries did share calls
+    else:
+        assert batcher.batch_limit == 1 and max(batcher.batches) == 1  # one per turn
 
 
 def test_batches_respect_the_bound(embedder):
