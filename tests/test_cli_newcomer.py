@@ -293,5 +293,11 @@ def test_four_serves_started_together_on_a_fresh_model_cache_all_start(tmp_path,
             outputs.append((tmp_path / f"serve-{n}.log").read_text(errors="replace"))
     for output in outputs:
         assert "FileExistsError" not in output and "SameFileError" not in output, output[-2000:]
-    folders = list((tmp_path / "cache" / "memrelay" / "models").iterdir())
-    assert len(folders) == 1 and (folders[0] / "model.onnx").resolve().is_file()
+    folders = sorted((tmp_path / "cache" / "memrelay" / "models").iterdir())
+    # The assembled model folder and the query copy built beside it (each once, though
+    # four processes raced to build them), nothing half-written left behind.
+    assert len(folders) == 2, folders
+    model, query_copy = folders
+    assert query_copy.name.startswith(model.name + "-query-")
+    assert (model / "model.onnx").resolve().is_file()
+    assert (query_copy / "model.onnx").is_file() and not (query_copy / "model.onnx").is_symlink()

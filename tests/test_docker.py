@@ -137,14 +137,18 @@ def test_image_adds_libgomp_runs_as_uid_10001_with_volume_and_healthcheck():
 
 
 def test_build_time_model_steps_work_here(tmp_path):
-    """The RUN step's python -c snippets (bake the embedding folder, find the GGUF)."""
+    """The RUN step's python -c snippets (bake the embedding folder and its query copy,
+    find the GGUF)."""
     run = instructions("RUN")[0]
     snippets = re.findall(r'python -c "([^"]+)"', run)
-    assert len(snippets) == 2
+    assert len(snippets) == 3
     for snippet in snippets:
         code = snippet.replace("/opt/memrelay-models", str(tmp_path))
         subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, timeout=120)
     assert (tmp_path / "all-MiniLM-L6-v2-int8" / "model.onnx").exists()
+    # The query copy sits beside it, where a container's first start finds it built.
+    copies = list(tmp_path.glob("all-MiniLM-L6-v2-int8-query-*/model.onnx"))
+    assert len(copies) == 1
 
 
 @pytest.mark.llm
