@@ -19,13 +19,16 @@ def test_a_long_query_is_embedded_from_its_first_word_pieces(embedder):
     assert len(pieces) == QUERY_TOKENS
     assert text.startswith(bounded) and len(bounded) < len(text)
     vector = embedder.embed_queries([text])[0]
-    np.testing.assert_allclose(vector, embedder.embed([bounded])[0], atol=1e-5)
-    assert not np.allclose(vector, embedder.embed([text])[0], atol=1e-3)  # memories: whole
+    # The query session (`_run` embeds exactly what it is given) on the cut text...
+    np.testing.assert_allclose(vector, embedder._run("query", [bounded])[0], atol=1e-5)
+    assert not np.allclose(vector, embedder._run("query", [text])[0], atol=1e-3)
+    # ...while a memory is embedded whole.
+    assert not np.allclose(embedder.embed([text])[0], embedder.embed([bounded])[0], atol=1e-3)
 
 
 def test_a_short_query_is_embedded_whole(embedder):
     text = "Where do I keep the bees?"
     assert embedder.bounded_query(text) == text
     np.testing.assert_allclose(
-        embedder.embed_queries([text])[0], embedder.embed([text])[0], atol=1e-5
+        embedder.embed_queries([text])[0], embedder._run("query", [text])[0], atol=1e-5
     )
