@@ -11,6 +11,10 @@ thread (one ONNX session busy at a time, so recall never fights learning for the
   `max_batch` of them in ONE call, taken round-robin across tenants
   (the tenant served first rotates): a tenant flooding the proxy gets no more than its
   share of a batch while others wait. Queries arriving while a batch runs form the next.
+- An embedder whose query vectors depend on their batch companions (the dynamically
+  quantised query copy: `query_batch_shared` is False) gets one tenant's queries per
+  call instead, tenants taking turns: no tenant's vector depends on another tenant's
+  queries. Its vectors are then cached and shared per tenant too.
 - Bulk work (extraction, imports, background recalls of reconciliation) runs when no
   query waits, in chunks of `bulk_chunk` texts, so a waiting recall is delayed by at
   most the chunk in progress. Under sustained recall load, bulk work that has waited
@@ -63,6 +67,7 @@ COST_STALE_S = 5.0
 @dataclass
 class _Waiter:
     text: str
+    tenant: str
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[np.ndarray]
     arrived: float = field(default_factory=time.monotonic)
@@ -83,12 +88,12 @@ class QueryCache:
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._items: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+        self._items: OrderedDict[tuple[str, ...], np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
-    def get(self, key: tuple[str, str]) -> np.ndarray | None:
+    def get(self, key: tuple[str, ...]) -> np.ndarray | None:
         with self._lock:
             vector = self._items.get(key)
             if vector is None:
@@ -98,7 +103,7 @@ class QueryCache:
             self.hits += 1
             return vector
 
-    def put(self, key: tuple[str, str], vector: np.ndarray) -> None:
+    def put(self, key: tuple[str, ...], vector: np.ndarray) -> None:
         if self.size <= 0:
             return
         vector = np.array(vector, dtype=np.float32)
@@ -116,7 +121,7 @@ class QueryCache:
     def __len__(self) -> int:
         return len(self._items)
 
-    def __contains__(self, key: tuple[str, str]) -> bool:
+    def __contains__(self, key: tuple[str, ...]) -> bool:
         return key in self._items
 
 
@@ -155,18 +160,28 @@ class QueryBatcher:
 
     # -- callers (event loop side) -------------------------------------------------
 
+    @property
+    def tenants_share_calls(self) -> bool:
+        """Whether queries of different tenants may be embedded in one call (and share
+        a cached vector): only when a query's vector depends on its text alone."""
+        return bool(getattr(self.embedder, "query_batch_shared", True))
+
+    def _key(self, text: str, tenant: str) -> tuple[str, ...]:
+        if self.tenants_share_calls:
+            return (self.embedder.name, text)
+        return (self.embedder.name, tenant, text)
+
     async def query(self, text: str, tenant: str = "") -> np.ndarray:
         """The vector of one recall query: cached, or embedded in the next batch."""
-        key = (self.embedder.name, text)
-        cached = self.cache.get(key)
+        cached = self.cache.get(self._key(text, tenant))
         if cached is not None:
             return cached
         loop = asyncio.get_running_loop()
         with self._cond:
             self._check_open()
-            twin = self._waiting_twin(text, loop)
+            twin = self._waiting_twin(text, tenant, loop)
             if twin is None:
-                waiter = _Waiter(text, loop, loop.create_future())
+                waiter = _Waiter(text, tenant, loop, loop.create_future())
                 self._queries.setdefault(tenant, deque()).append(waiter)
                 self._start()
                 self._cond.notify()
@@ -184,9 +199,17 @@ class QueryBatcher:
             raise
         return vector.copy()
 
-    def _waiting_twin(self, text: str, loop: asyncio.AbstractEventLoop) -> _Waiter | None:
-        """Under the lock: a live queued waiter with this exact text on this loop."""
-        for queue in self._queries.values():
+    def _waiting_twin(
+        self, text: str, tenant: str, loop: asyncio.AbstractEventLoop
+    ) -> _Waiter | None:
+        """Under the lock: a live queued waiter with this exact text on this loop (of
+        this tenant, when tenants do not share calls)."""
+        queues = (
+            self._queries.values()
+            if self.tenants_share_calls
+            else [self._queries.get(tenant, deque())]
+        )
+        for queue in queues:
             for waiter in queue:
                 if waiter.text == text and waiter.loop is loop and not waiter.future.done():
                     return waiter
@@ -195,16 +218,19 @@ class QueryBatcher:
     def expected_wait(self, tenant: str = "", text: str | None = None) -> float:
         """Seconds a new query of `tenant` would wait for its vector, its own embedding
         included: what is left of the work in progress, then every text served before it
-        (round-robin: each tenant sends at most as many as this tenant has ahead, plus
-        one), at the measured seconds per text. 0 until a batch has been measured, and
-        for a text whose vector is cached; only the work in progress when the estimate
-        is older than COST_STALE_S (the next query then re-measures it)."""
-        if text is not None and (self.embedder.name, text) in self.cache:
+        (round-robin: in the turns this tenant needs for its queue and the new query,
+        each other tenant sends as many of its own), at the measured seconds per text.
+        0 until a batch has been measured, and for a text whose vector is cached; only
+        the work in progress when the estimate is older than COST_STALE_S (the next
+        query then re-measures it)."""
+        if text is not None and self._key(text, tenant) in self.cache:
             return 0.0
+        unit = 1 if self.tenants_share_calls else self.batch_limit  # texts a tenant sends a turn
         with self._cond:
             own = len(self._queries.get(tenant, ()))
+            sent = (own // unit + 1) * unit
             ahead = own + sum(
-                min(len(queue), own + 1) for name, queue in self._queries.items() if name != tenant
+                min(len(queue), sent) for name, queue in self._queries.items() if name != tenant
             )
             busy = max(0.0, self._busy_until - time.monotonic())
         if time.monotonic() - self._measured_at > COST_STALE_S:
@@ -286,9 +312,9 @@ class QueryBatcher:
 
     @property
     def batch_limit(self) -> int:
-        """Queries taken in one turn: `max_batch`, or fewer when the embedder says more
-        gain nothing (`query_batch`: a model that embeds queries one per call). A
-        smaller turn lets a waiting tenant's query go sooner (round-robin per turn)."""
+        """Queries taken in one call: `max_batch`, or fewer when the embedder says more
+        gain nothing (`query_batch`). A smaller call lets a waiting tenant's query go
+        sooner (tenants take turns)."""
         return max(1, min(self.max_batch, getattr(self.embedder, "query_batch", self.max_batch)))
 
     def _pending(self) -> int:
@@ -304,9 +330,19 @@ class QueryBatcher:
                 del self._queries[tenant]
 
     def _take_batch(self) -> list[_Waiter]:
-        """Up to max_batch waiters, one per tenant per round; served tenants move last."""
+        """Up to max_batch waiters, one per tenant per round; served tenants move last.
+        When tenants do not share calls: up to max_batch of the next tenant's."""
         batch: list[_Waiter] = []
         limit = self.batch_limit
+        if not self.tenants_share_calls:
+            tenant, queue = next(iter(self._queries.items()))
+            while queue and len(batch) < limit:
+                batch.append(queue.popleft())
+            if queue:
+                self._queries.move_to_end(tenant)
+            else:
+                del self._queries[tenant]
+            return batch
         while self._queries and len(batch) < limit:
             for tenant in list(self._queries):
                 if len(batch) >= limit:
@@ -339,11 +375,9 @@ class QueryBatcher:
         finally:
             self._busy_until = 0.0
         self._measured((time.monotonic() - started) / len(texts))
-        by_text = {}
-        for text, vector in pairs:
-            vector = np.array(vector, dtype=np.float32)
-            self.cache.put((self.embedder.name, text), vector)
-            by_text[text] = vector
+        by_text = {text: np.array(vector, dtype=np.float32) for text, vector in pairs}
+        for waiter in batch:
+            self.cache.put(self._key(waiter.text, waiter.tenant), by_text[waiter.text])
         _settle_all([(w.loop, w.future, by_text[w.text].copy(), None) for w in batch])
 
     def _measured(self, seconds_per_text: float) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -20,10 +21,12 @@ from memory_core.query_batcher import QueryBatcher
 class Gated:
     """The real embedder, its calls recorded; `hold()` parks the next call until `release()`."""
 
-    def __init__(self, inner: Any, fail_on: str | None = None) -> None:
+    def __init__(self, inner: Any, fail_on: str | None = None, shared: bool = True) -> None:
         self.inner = inner
         self.name = inner.name
         self.dim = inner.dim
+        # may queries of different tenants share a call (False: the dynamic copy's case)
+        self.query_batch_shared = shared
         self.calls: list[tuple[str, list[str]]] = []
         self.fail_on = fail_on
         self._hold = False
@@ -79,13 +82,11 @@ def exact_embedder() -> Any:
     return FastEmbedEmbedder(query_model="exact")
 
 
-@pytest.mark.parametrize("model", ["exact", "dynamic"])
-def test_each_caller_gets_its_own_vector_same_as_unbatched(embedder, exact_embedder, model):
-    """Batched (the exact model) or one per turn (the dynamic copy, whose vectors would
-    depend on their batch companions), each caller gets the vector of its text alone."""
-    embedder = exact_embedder if model == "exact" else embedder
+def test_each_caller_gets_its_own_vector_same_as_unbatched(exact_embedder):
+    """The exact model: concurrent queries of several tenants share calls, and each
+    caller gets the vector of its text alone."""
     texts = [f"what do I know about topic number {i} and its neighbours?" for i in range(24)]
-    batcher = QueryBatcher(embedder, max_batch=8)
+    batcher = QueryBatcher(exact_embedder, max_batch=8)
 
     async def main() -> list[np.ndarray]:
         return await asyncio.gather(
@@ -97,13 +98,69 @@ def test_each_caller_gets_its_own_vector_same_as_unbatched(embedder, exact_embed
     finally:
         batcher.close()
     for text, vector in zip(texts, got, strict=True):
-        alone = embedder.embed_queries([text])[0]
-        assert vector.shape == (embedder.dim,)
+        alone = exact_embedder.embed_queries([text])[0]
+        assert vector.shape == (exact_embedder.dim,)
         np.testing.assert_allclose(vector, alone, atol=1e-4)
-    if model == "exact":
-        assert max(batcher.batches) > 1  # concurrent queries did share calls
-    else:
-        assert batcher.batch_limit == 1 and max(batcher.batches) == 1  # one per turn
+    assert batcher.tenants_share_calls and max(batcher.batches) > 1
+
+
+def test_the_dynamic_copy_batches_one_tenant_per_call(embedder):
+    """The dynamic copy's vectors depend a little on their call companions, so a call
+    holds one tenant's queries: tenant a's vectors are the same whether tenant b's
+    queries were waiting beside them or not (they would differ in a shared call)."""
+    assert embedder.query_batch_shared is False and embedder.query_batch > 1
+    a_texts = [f"what did I decide about project {i}?" for i in range(4)]
+    b_texts = [f"an unrelated question of another tenant, number {i}!" for i in range(4)]
+
+    def run(with_b: bool) -> tuple[list[np.ndarray], list[list[str]]]:
+        gated = Gated(embedder, shared=embedder.query_batch_shared)
+        batcher = QueryBatcher(gated, max_batch=8, cache_size=0)
+
+        async def main() -> list[np.ndarray]:
+            first = await parked(gated, batcher)
+            tasks = []
+            for i, text in enumerate(a_texts):
+                tasks.append(asyncio.ensure_future(batcher.query(text, "a")))
+                if with_b:
+                    tasks.append(asyncio.ensure_future(batcher.query(b_texts[i], "b")))
+            await settle()
+            gated.release()
+            await first
+            got = await asyncio.gather(*tasks)
+            return list(got[::2] if with_b else got)  # a's vectors (a, b alternate)
+
+        try:
+            vectors = asyncio.run(main())
+        finally:
+            batcher.close()
+        return vectors, [texts for kind, texts in gated.calls if kind == "query"][1:]
+
+    beside_b, calls = run(with_b=True)
+    alone, _ = run(with_b=False)
+    assert sorted(map(sorted, calls)) == sorted([sorted(a_texts), sorted(b_texts)])
+    for got, expected in zip(beside_b, alone, strict=True):
+        np.testing.assert_array_equal(got, expected)
+    for text, vector in zip(a_texts, beside_b, strict=True):  # close to the text alone
+        assert float(vector @ embedder.embed_queries([text])[0]) > 0.98
+
+
+def test_the_dynamic_copy_never_shares_a_vector_across_tenants(embedder):
+    """A cached or in-flight vector computed in tenant a's call is not given to tenant
+    b (it may carry a's companions' influence); within a tenant it is."""
+    gated = Gated(embedder, shared=False)
+    batcher = QueryBatcher(gated, max_batch=8)
+
+    async def main() -> None:
+        await batcher.query("the same words", "a")
+        await batcher.query("the same words", "a")  # cached for a
+        await batcher.query("the same words", "b")  # embedded again for b
+
+    try:
+        asyncio.run(main())
+    finally:
+        batcher.close()
+    assert [texts for _, texts in gated.calls] == [["the same words"], ["the same words"]]
+    assert batcher.cache.hits == 1
 
 
 def test_batches_respect_the_bound(embedder):
@@ -192,6 +249,44 @@ def test_a_flooding_tenant_does_not_crowd_others_out_of_a_batch(embedder):
     assert batches[0] == ["flood 0", "quiet 0", "other 0", "flood 1"]
     assert batches[1] == ["quiet 1", "flood 2", "flood 3", "flood 4"]
     assert all(len(b) == 4 for b in batches[:-1])
+
+
+def test_one_tenant_per_call_still_takes_turns_with_a_flood(embedder):
+    """Calls of one tenant each: the flood sends one call of at most max_batch, then the
+    quiet tenants go, then the flood again; the predicted wait follows those turns."""
+    gated = Gated(embedder, shared=False)
+    batcher = QueryBatcher(gated, max_batch=4)
+
+    async def main() -> tuple[float, float]:
+        first = await parked(gated, batcher)
+        flood = [asyncio.ensure_future(batcher.query(f"flood {i}", "flood")) for i in range(12)]
+        await settle()
+        quiet = [asyncio.ensure_future(batcher.query(f"quiet {i}", "quiet")) for i in range(2)]
+        other = asyncio.ensure_future(batcher.query("other 0", "other"))
+        await settle()
+        batcher.seconds_per_text, batcher._measured_at = 0.01, time.monotonic()
+        waits = batcher.expected_wait("other"), batcher.expected_wait("flood")
+        gated.release()
+        await asyncio.gather(first, *flood, *quiet, other)
+        return waits
+
+    try:
+        other_wait, flood_wait = asyncio.run(main())
+    finally:
+        batcher.close()
+    batches = [texts for kind, texts in gated.calls if kind == "query"][1:]
+    assert batches == [
+        ["flood 0", "flood 1", "flood 2", "flood 3"],
+        ["quiet 0", "quiet 1"],
+        ["other 0"],
+        ["flood 4", "flood 5", "flood 6", "flood 7"],
+        ["flood 8", "flood 9", "flood 10", "flood 11"],
+    ]
+    # (the parked call predicted nothing in progress: no cost was measured before it)
+    # other's next query: behind one flood call (4), quiet's 2 and its own 1, then itself
+    assert other_wait == pytest.approx((4 + 2 + 1 + 1) * 0.01, abs=0.005)
+    # the flood's: behind its own 12 (3 turns), everyone else's 3, then itself
+    assert flood_wait == pytest.approx((12 + 3 + 1) * 0.01, abs=0.005)
 
 
 def test_cache_hits_and_least_recent_eviction(embedder):
@@ -286,7 +381,8 @@ def test_closed_batcher_refuses_new_work(embedder):
         asyncio.run(batcher.query("late", "t"))
 
 
-def test_a_long_query_does_not_pad_the_short_ones_in_its_batch(embedder):
+def test_a_long_query_does_not_pad_the_short_ones_in_its_batch(exact_embedder):
+    embedder = exact_embedder  # batch-independent vectors: each must equal its text alone
     gated = Gated(embedder)
     batcher = QueryBatcher(gated, max_batch=8)
     long_text = "a long pasted document about many things " * 40
