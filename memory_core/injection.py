@@ -45,17 +45,26 @@ class Injection:
     memory_ids: list[str]
 
 
+# ASCII's control characters (its only category-C ones) but tab and line ends.
+_ASCII_CONTROLS = dict.fromkeys([*range(0x20), 0x7F])
+for _kept in "\t\n\r":
+    del _ASCII_CONTROLS[ord(_kept)]
+
+
 def sanitise(text: str, max_chars: int) -> str:
     """One line: NFKC normalised, chat-template tokens removed, control and format
     characters dropped, whitespace collapsed, markers defused, length capped."""
-    text = unicodedata.normalize("NFKC", text)
-    kept = []
-    for ch in text:
-        category = unicodedata.category(ch)
-        if category.startswith("C") and ch not in "\t\n\r":
-            continue
-        kept.append(ch)
-    text = "".join(kept)
+    if text.isascii():  # NFKC leaves ASCII as it is; one C-level pass (every recall)
+        text = text.translate(_ASCII_CONTROLS)
+    else:
+        text = unicodedata.normalize("NFKC", text)
+        kept = []
+        for ch in text:
+            category = unicodedata.category(ch)
+            if category.startswith("C") and ch not in "\t\n\r":
+                continue
+            kept.append(ch)
+        text = "".join(kept)
     for _ in range(8):  # removing one token must not assemble another
         cleaned = _SPECIAL.sub(" ", text)
         if cleaned == text:

@@ -33,6 +33,11 @@ class StreamAssembler:
 
     def feed(self, chunk: bytes) -> None:
         self._buffer += chunk
+        if b"\r" not in self._buffer:  # LF-only lines, the usual case: split in C
+            *lines, self._buffer = self._buffer.split(b"\n")
+            for line in lines:
+                self._line(line)
+            return
         while True:
             line, sep, rest = _split_line(self._buffer)
             if sep is None:
