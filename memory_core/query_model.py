@@ -25,10 +25,11 @@ from pathlib import Path
 
 from memory_core.errors import ModelNotInstalled
 
+log = logging.getLogger("memrelay.embedder")
 _LOCK = threading.Lock()
 QUERY_MODEL_FILE = "model.onnx"
 # How the copy is made; part of its folder's name, so a changed recipe builds anew.
-RECIPE = "dynamic-int8-per-channel-v1"
+RECIPE = "dynamic-int8-per-channel-fused-v2"
 
 
 def dynamic_query_model(source_dir: Path, cache_dir: Path | None = None) -> Path:
@@ -72,9 +73,10 @@ def _linked(source_dir: Path, target: Path) -> Path:
 
 def _build(source: Path, target: Path) -> None:
     """Fold the packaged graph's weight arithmetic into float32 weights (ONNX Runtime's
-    basic optimisation, saved), then quantise it dynamically, weights per output channel
-    (per tensor, query vectors were at cosine ~0.97 to the exact ones; per channel ~0.995,
-    about as fast); moved into place whole."""
+    basic optimisation, saved), fuse its layer norms and GELUs (ONNX Runtime's
+    transformer optimiser: ~7% faster queries, same vectors), then quantise it
+    dynamically, weights per output channel (per tensor, query vectors were at cosine
+    ~0.97 to the exact ones; per channel ~0.995, about as fast); moved into place whole."""
     try:
         import onnxruntime as ort
         from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -87,6 +89,7 @@ def _build(source: Path, target: Path) -> None:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
         options.optimized_model_filepath = str(folded)
         ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
+        folded = _fused(folded)
         quantised = Path(work) / QUERY_MODEL_FILE
         hint = _DropHint()
         logging.getLogger().addFilter(hint)  # its advice to pre-process is not for us
@@ -97,6 +100,24 @@ def _build(source: Path, target: Path) -> None:
         finally:
             logging.getLogger().removeFilter(hint)
         os.replace(quantised, target / QUERY_MODEL_FILE)  # other processes see it whole
+
+
+def _fused(folded: Path) -> Path:
+    """`folded` with BERT's layer-norm and GELU subgraphs fused into single operators, or
+    `folded` itself when the optimiser cannot read it (the copy is then ~7% slower)."""
+    fused = folded.with_name("fused.onnx")
+    try:
+        from onnxruntime.transformers.optimizer import optimize_model
+
+        # 0 heads and size: read from the graph (its attention is not fused either way)
+        model = optimize_model(
+            str(folded), model_type="bert", num_heads=0, hidden_size=0, opt_level=1
+        )
+        model.save_model_to_file(str(fused))
+    except Exception as exc:  # an optimiser that fails costs speed, never the copy
+        log.warning("query model copy built without fused operators: %s", exc)
+        return folded
+    return fused
 
 
 class _DropHint(logging.Filter):
