@@ -157,6 +157,8 @@ class QueryBatcher:
         self._measured_at = 0.0  # when seconds_per_text last changed (monotonic)
         self._busy_until = 0.0  # when the batch or chunk in progress should be done
         self.shared_waits = 0  # queries that joined a waiter with the same text
+        self.query_texts = 0  # recall queries embedded (cache hits and twins not counted)
+        self.query_calls = 0  # embedder calls that embedded them
 
     # -- callers (event loop side) -------------------------------------------------
 
@@ -249,6 +251,15 @@ class QueryBatcher:
             self._start()
             self._cond.notify()
         return await job.future
+
+    def stats(self) -> dict[str, int]:
+        """Counters since start, for metrics: texts per call is the batching achieved."""
+        return {
+            "query_texts": self.query_texts,
+            "query_calls": self.query_calls,
+            "cache_hits": self.cache.hits,
+            "shared_waits": self.shared_waits,
+        }
 
     def close(self) -> None:
         """Stop the worker once the work already queued is done."""
@@ -375,6 +386,8 @@ class QueryBatcher:
         finally:
             self._busy_until = 0.0
         self._measured((time.monotonic() - started) / len(texts))
+        self.query_texts += len(texts)
+        self.query_calls += len(length_groups(texts))
         by_text = {text: np.array(vector, dtype=np.float32) for text, vector in pairs}
         for waiter in batch:
             self.cache.put(self._key(waiter.text, waiter.tenant), by_text[waiter.text])

@@ -20,6 +20,20 @@ HEALTH_GAUGES = (
         "Age of the oldest job waiting or running",
     ),
 )
+EMBEDDING_COUNTERS = (
+    ("memrelay_query_embeddings", "query_texts", "Recall queries embedded by this process"),
+    (
+        "memrelay_query_embedding_calls",
+        "query_calls",
+        "Model calls that embedded them (queries per call: the batching achieved)",
+    ),
+    ("memrelay_query_cache_hits", "cache_hits", "Recall queries answered by the vector cache"),
+    (
+        "memrelay_query_shared_waits",
+        "shared_waits",
+        "Recall queries that shared an identical query's embedding in flight",
+    ),
+)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
@@ -48,6 +62,7 @@ class _Snapshot(Collector):
         self.memories: dict[str, int] = {}
         self.jobs: Callable[[], PyCounter[str]] | None = None
         self.health: dict[str, Any] = {}
+        self.embedding: Callable[[], dict[str, int]] | None = None
 
     def collect(self) -> Iterator[Metric]:
         depth = GaugeMetricFamily(
@@ -77,6 +92,10 @@ class _Snapshot(Collector):
             "Done jobs deleted after their retention, by this process",
             value=counts.get("pruned", 0),
         )
+        embedding = self.embedding() if self.embedding else {}
+        for name, key, doc in EMBEDDING_COUNTERS:
+            if key in embedding:
+                yield CounterMetricFamily(name, doc, value=embedding[key])
         for name, key, doc in HEALTH_GAUGES:
             if key in self.health:
                 yield GaugeMetricFamily(name, doc, value=float(self.health[key]))

@@ -101,6 +101,9 @@ def build_app(settings: Settings, store: MemoryStore | None = None) -> ASGIApp:
         yield_to=activity,
     )
     metrics.snapshot.jobs = lambda: workers.counts
+    batcher = getattr(store, "batcher", None)
+    if batcher is not None:
+        metrics.snapshot.embedding = batcher.stats
     tally = RecallTally()  # recall outcomes per tenant, for the inspector's stats page
     interceptors = [
         RecallInterceptor(store, settings, metrics),

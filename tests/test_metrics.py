@@ -67,6 +67,13 @@ def test_metrics_move_after_traffic(fake, memory_proxy):
     assert value(after, "memrelay_extraction_workers") == 0
     assert value(after, "memrelay_extraction_backlog_jobs") == 1
     assert value(after, "memrelay_extraction_oldest_pending_seconds") >= 0
+    # The same query thrice: embedded once in one call, then answered by the cache.
+    for name, moved in (
+        ("memrelay_query_embeddings_total", 1),
+        ("memrelay_query_embedding_calls_total", 1),
+        ("memrelay_query_cache_hits_total", 2),
+    ):
+        assert value(after, name) - value(before, name) == moved, name
 
 
 def test_metrics_have_no_tenant_or_content_labels(fake, memory_proxy):
