@@ -173,9 +173,13 @@ class QueryBatcher:
             return (self.embedder.name, text)
         return (self.embedder.name, tenant, text)
 
+    def cached(self, text: str, tenant: str = "") -> np.ndarray | None:
+        """The vector `query(text, tenant)` would return from the cache, or None."""
+        return self.cache.get(self._key(text, tenant))
+
     async def query(self, text: str, tenant: str = "") -> np.ndarray:
         """The vector of one recall query: cached, or embedded in the next batch."""
-        cached = self.cache.get(self._key(text, tenant))
+        cached = self.cached(text, tenant)
         if cached is not None:
             return cached
         loop = asyncio.get_running_loop()

@@ -62,11 +62,11 @@ class Candidates:
 
 def cached_query_vector(store: Any, query: RecallQuery) -> np.ndarray | None:
     """The query's vector if the hybrid recall computed it (the batcher's cache holds it
-    under the model's name and the cleaned text); None otherwise: never embedded here."""
+    under the cleaned text, for this tenant); None otherwise: never embedded here."""
     batcher = getattr(store, "batcher", None)
     if batcher is None or not query.use_vector:
         return None
-    return batcher.cache.get((store.embedder.name, clean_query(query.text)))
+    return batcher.cached(clean_query(query.text), query.tenant)
 
 
 def rule_room(query: RecallQuery, policy: StandingPolicy) -> bool:
