@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from memory_core import NewMemory, RecallQuery
+from memory_core.bm25 import K1, B
 from memory_core.postgres.store import TEXT_KEY, PostgresStore
-from memory_core.postgres.text_stats import K1, B
 
 QUERY = "alpha beta"
 ALPHA = "The alpha memo is due on Monday"
@@ -96,8 +96,9 @@ def test_spaces_the_request_cannot_read_do_not_count(pg):
 
 
 def test_scores_are_fts5s_bm25_over_the_tenant(pg):
-    """The formula itself: FTS5's IDF with its clamp, k1 = 1.2, b = 0.75, the length
-    being the memory's last token position (stop words count, as in FTS5)."""
+    """The formula itself: FTS5's IDF with its clamp, the shared k1 and b
+    (memory_core/bm25.py), the length being the memory's last token position (stop words
+    count, as in FTS5)."""
     store, run = pg
     texts = ["Alpha beta gamma", "Beta beta delta and the rest", "Alpha"]
     texts += [f"Lunch at noon {i}" for i in range(7)]

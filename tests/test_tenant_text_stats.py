@@ -1,13 +1,14 @@
 """Full-text ranking counts each tenant's own memories: another tenant's data never
-changes it (SQLite re-weighs FTS5's scores with the tenant's IDF; Postgres computes
-BM25 over the tenant's statistics, see also test_postgres_text_ranking.py)."""
+changes it (both backends compute BM25 over the tenant's statistics with the constants
+of memory_core/bm25.py, see also test_postgres_text_ranking.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from memory_core import NewMemory, RecallQuery
-from memory_core.recall import text_search
+from memory_core import NewMemory, RecallQuery, bm25
+from memory_core.recall import POSTINGS_BUDGET
+from memory_core.sqlite.tenant_bm25 import scored_hits
 
 QUERY = "alpha beta report"
 RARE_IN_A = "The alpha report is due on the first of the month"
@@ -40,13 +41,17 @@ def test_another_tenants_flood_does_not_reorder_a_tenants_text_ranking(store, ru
 
 @pytest.mark.parametrize("store", ["vector-cache", "vec0-knn"], indirect=True)
 def test_one_tenant_scores_equal_fts5s_own(store, run):
-    """With one tenant in one space the tenant's IDF is the index's: the re-weighed
-    score must be exactly FTS5's bm25 (this checks the row count read from the index)."""
+    """With one tenant in one space the tenant's statistics are the index's: the scorer
+    run with FTS5's k1 and b must give exactly FTS5's bm25 (this checks the row count,
+    the IDF and the lengths read from the per-scope tables)."""
     run(store.add_many("a", "default", _a_memories()))
-    query = RecallQuery("a", ["default"], QUERY, top_k=20)
+    terms = ["alpha", "beta", "report"]
 
     def both(conn):
-        ours = dict(text_search(conn, query, ["alpha", "beta", "report"], 20))
+        found = scored_hits(
+            conn, "a", ["default"], terms, 20, POSTINGS_BUDGET, k1=bm25.FTS5_K1, b=bm25.FTS5_B
+        )
+        ours = dict(found)
         match = '"alpha" OR "beta" OR "report"'
         theirs = dict(
             conn.execute(
@@ -78,22 +83,27 @@ def _text_only(store, run, tenant: str, text: str, top_k: int = 5) -> list[str]:
 
 
 @pytest.mark.parametrize("store", ["vector-cache"], indirect=True)
-def test_another_tenants_long_documents_do_not_reorder_a_tenants_ranking(store, run):
+def test_another_tenants_long_documents_do_not_change_a_tenants_scores(store, run):
     """BM25 divides a term's frequency by the document's length relative to the average
-    length. In tenant a (short memories) the short memory saying "alpha" once beats the
-    long one saying it twice; tenant b then stores long memories. Averaged over the whole
-    index, a's long memory would look short and win."""
+    length. Tenant a holds short memories; tenant b then stores long ones. Averaged over
+    the whole index, a's memories would all look short: their scores would change (and,
+    with b near 1, a's long memory saying "alpha" twice would overtake the short one)."""
     short = "Alpha note today"
     long = "Alpha alpha " + " ".join(f"word{i}" for i in range(18))
     fillers = [f"Quiet filler memo number {i} here" for i in range(8)]
     items = [NewMemory(t) for t in (short, long, *fillers)]
     run(store.add_embedded("a", "default", items, _vectors(store, len(items), 1)))
-    before = _text_only(store, run, "a", "alpha")
-    assert before == [short, long]
+    query = RecallQuery("a", ["default"], "alpha", top_k=5, use_vector=False)
+
+    def scores() -> list[tuple[str, float]]:
+        return [(r.memory.content, r.breakdown["text_bm25"]) for r in run(store.recall(query))]
+
+    before = scores()
+    assert {content for content, _ in before} == {short, long}
     words = " ".join(f"lorem{i}" for i in range(300))
     flood = [NewMemory(f"Memo {i}: {words}") for i in range(100)]
     run(store.add_embedded("b", "default", flood, _vectors(store, len(flood), 2)))
-    assert _text_only(store, run, "a", "alpha") == before
+    assert scores() == before
 
 
 @pytest.mark.parametrize("store", ["vector-cache"], indirect=True)
@@ -141,3 +151,30 @@ def test_an_older_database_is_migrated_with_the_same_scores(store, run, tmp_path
         run(reopened.close())
     assert len(live) == 12
     assert again == live
+
+
+def test_both_backends_score_with_the_shared_constants(store, run):
+    """Every backend's recall scores BM25 with memory_core/bm25.py's k1 and b (one
+    definition, so SQLite and Postgres cannot drift): the breakdown's score is the
+    formula computed here with those constants, and measurably not with FTS5's."""
+    texts = ["Alpha beta gamma", "Beta beta delta and the rest of days", "Alpha"]
+    texts += [f"Lunch at noon {i}" for i in range(7)]
+    run(store.add_many("a", "default", [NewMemory(t) for t in texts]))
+    lengths = [3, 8, 1] + [4] * 7  # tokens, inner stop words included (as both backends count)
+    average = sum(lengths) / len(lengths)
+    frequencies = [{"alpha": 1, "beta": 1}, {"beta": 2}, {"alpha": 1}]
+
+    def expected(k1: float, b: float) -> dict[str, float]:
+        out = {}
+        for text, length, tf in zip(texts, lengths, frequencies, strict=False):
+            norm = k1 * (1 - b + b * length / average)
+            idf = bm25.idf(len(texts), 2)  # alpha and beta: two memories each
+            out[text] = round(sum(idf * f * (k1 + 1) / (f + norm) for f in tf.values()), 4)
+        return out
+
+    ours = expected(bm25.K1, bm25.B)
+    fts5 = expected(bm25.FTS5_K1, bm25.FTS5_B)
+    assert max(abs(ours[t] - fts5[t]) for t in ours) > 0.01  # the check tells them apart
+    query = RecallQuery("a", ["default"], "alpha beta", top_k=10, use_vector=False)
+    found = {r.memory.content: r.breakdown["text_bm25"] for r in run(store.recall(query))}
+    assert found == pytest.approx(ours, abs=2e-4)

@@ -1,10 +1,10 @@
 """BM25 on Postgres with each tenant's own statistics, computed in the recall statement.
 
 `ts_rank` reads only the document: a word found in every memory of a tenant weighs as
-much as one found in a single memory. This scores the full-text matches as SQLite's
-FTS5 does (k1 = 1.2, b = 0.75, FTS5's IDF and its clamp), every statistic counted over
-the tenant's active memories in the read spaces, so another tenant or an unreadable
-space never changes the ranking:
+much as one found in a single memory. This scores the full-text matches as the SQLite
+backend does (FTS5's BM25 formula, IDF and clamp, with the k1 and b both backends share
+in memory_core/bm25.py), every statistic counted over the tenant's active memories in
+the read spaces, so another tenant or an unreadable space never changes the ranking:
 
 - N and the average length: `ScopeStats`, one index-only count per scope, reused for
   SCOPE_STATS_TTL_S (schema step 5 keeps each memory's length in `tsv_length`);
@@ -27,9 +27,8 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-K1 = 1.2  # FTS5's bm25() constants
-B = 0.75
-MIN_IDF = 1e-6  # FTS5 clamps a non-positive IDF to this
+from memory_core.bm25 import K1, MIN_IDF, B
+
 SCOPE_STATS_TTL_S = 5.0  # how long a scope's count and average length may be reused
 
 
@@ -96,5 +95,6 @@ def bm25_ctes(scope: str, kinds: str, text_config: str) -> str:
 
 
 def bm25_params(docs: int, avg_length: float) -> dict[str, Any]:
-    """The statement's statistics and constants (floats, so the arithmetic is float8)."""
+    """The statement's statistics and the shared constants (memory_core/bm25.py), floats
+    so the arithmetic is float8."""
     return {"docs": docs, "avg_length": avg_length, "k1": K1, "k1_plus_1": K1 + 1, "b": B}

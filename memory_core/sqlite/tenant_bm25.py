@@ -5,14 +5,14 @@ text_index.py): the number of documents, each term's document count (the IDF), e
 document's length and the average length, and which terms are too common to score (the
 cost budget counts a term's postings in the scope). So another tenant's memories, or
 another space's, never change a tenant's ranking, and a word common elsewhere is still
-scored where it is rare. The formula is FTS5's `bm25()` (k1 = 1.2, b = 0.75, the IDF
-clamped to 1e-6 when not positive), so with one tenant in one space the scores equal
-FTS5's own (a test pins it).
+scored where it is rare. The formula is FTS5's `bm25()` (its IDF, clamped to 1e-6 when
+not positive) with memrelay's k1 and b (memory_core/bm25.py, shared with Postgres); run
+with FTS5's constants, with one tenant in one space, the scores equal FTS5's own (a test
+pins it).
 """
 
 from __future__ import annotations
 
-import math
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -20,19 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from memory_core.bm25 import K1, B, idf
 from memory_core.sqlite.db import Connection
 from memory_core.sqlite.text_index import tokenize
-
-K1 = 1.2  # FTS5's bm25() constants
-B = 0.75
-_MIN_IDF = 1e-6  # FTS5 clamps a non-positive IDF to this
-
-
-def idf(rows: int, hits: int) -> float:
-    """FTS5's BM25 IDF, with its clamp."""
-    value = math.log((rows - hits + 0.5) / (hits + 0.5)) if rows > 0 else 0.0
-    return value if value > 0.0 else _MIN_IDF
-
 
 Postings = tuple[np.ndarray, np.ndarray, np.ndarray]  # documents, term frequencies, lengths
 
@@ -134,18 +124,21 @@ def scored_hits(
     k: int,
     budget: int,
     cache: TermHits | None = None,
+    k1: float = K1,
+    b: float = B,
 ) -> list[tuple[int, float]]:
     """The k best (rowid, score) of the tenant's active memories in `spaces` for the
     query's words, lower score is better as with FTS5's `bm25()`. Ties keep the order of
     first appearance (term by term, by document). One read transaction: the counts and
-    the postings are of the same moment."""
+    the postings are of the same moment. `k1` and `b` are the shared constants
+    (memory_core/bm25.py); a test passes FTS5's to compare with its `bm25()`."""
     if not terms or not spaces:
         return []
     opened = not conn.in_transaction
     if opened:
         conn.execute("BEGIN")
     try:
-        return _scored(conn, tenant, spaces, terms, k, budget, cache)
+        return _scored(conn, tenant, spaces, terms, k, budget, cache, k1, b)
     finally:
         if opened:
             conn.execute("COMMIT")
@@ -159,6 +152,8 @@ def _scored(
     k: int,
     budget: int,
     cache: TermHits | None,
+    k1: float,
+    b: float,
 ) -> list[tuple[int, float]]:
     scopes_rows = conn.execute(
         f"SELECT id, docs, tokens FROM text_scopes WHERE tenant = ? AND space IN ({_in(spaces)})"
@@ -193,9 +188,9 @@ def _scored(
         if not len(docs):
             continue
         weight = idf(rows, hits[term])
-        norm = K1 * (1.0 - B + B * dl / avgdl) if avgdl > 0 else K1 * (1.0 - B)
+        norm = k1 * (1.0 - b + b * dl / avgdl) if avgdl > 0 else k1 * (1.0 - b)
         parts_r.append(docs)
-        parts_s.append(-weight * (tf * (K1 + 1.0)) / (tf + norm))
+        parts_s.append(-weight * (tf * (k1 + 1.0)) / (tf + norm))
     if not parts_r:
         return []
     all_r, all_s = np.concatenate(parts_r), np.concatenate(parts_s)
