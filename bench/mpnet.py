@@ -79,20 +79,22 @@ class MPNetEmbedder:
             self._cache_path.write_bytes(pickle.dumps(self._cache))
 
     def _encode(self, texts: list[str], limit: int) -> np.ndarray:
-        out = []
-        for start in range(0, len(texts), 32):
-            chunk = texts[start : start + 32]
+        """Unit vectors of `texts`, in batches of 16 texts of similar length (less padding)."""
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for start in range(0, len(order), 16):
+            batch = order[start : start + 16]
             with self._lock:  # the tokenizer's truncation/padding settings are shared
                 self._tokenizer.enable_truncation(limit)
                 self._tokenizer.enable_padding(pad_id=1, pad_token="<pad>")
-                encoded = self._tokenizer.encode_batch(chunk)
+                encoded = self._tokenizer.encode_batch([texts[i] for i in batch])
             ids = np.array([e.ids for e in encoded], dtype=np.int64)
             mask = np.array([e.attention_mask for e in encoded], dtype=np.int64)
             hidden = self._session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
             weights = mask[:, :, None].astype(np.float32)
             pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
-            out.append(pooled / np.linalg.norm(pooled, axis=1, keepdims=True))
-        return np.concatenate(out).astype(np.float32)
+            out[batch] = pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
+        return out
 
     def embed(self, texts: list[str]) -> np.ndarray:
         return self._run(list(texts), MAX_TOKENS)
