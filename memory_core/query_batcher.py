@@ -347,28 +347,26 @@ class QueryBatcher:
     def _take_batch(self) -> list[_Waiter]:
         """Up to max_batch waiters, one per tenant per round; served tenants move last.
         When tenants do not share calls: up to max_batch of the next tenant's."""
-        batch: list[_Waiter] = []
         limit = self.batch_limit
         if not self.tenants_share_calls:
-            tenant, queue = next(iter(self._queries.items()))
-            while queue and len(batch) < limit:
-                batch.append(queue.popleft())
-            if queue:
-                self._queries.move_to_end(tenant)
-            else:
-                del self._queries[tenant]
-            return batch
+            return self._take(next(iter(self._queries)), limit)
+        batch: list[_Waiter] = []
         while self._queries and len(batch) < limit:
             for tenant in list(self._queries):
                 if len(batch) >= limit:
                     break
-                queue = self._queries[tenant]
-                batch.append(queue.popleft())
-                if queue:
-                    self._queries.move_to_end(tenant)
-                else:
-                    del self._queries[tenant]
+                batch += self._take(tenant, 1)
         return batch
+
+    def _take(self, tenant: str, count: int) -> list[_Waiter]:
+        """Up to `count` of `tenant`'s waiters; the tenant then moves last, or leaves."""
+        queue = self._queries[tenant]
+        taken = [queue.popleft() for _ in range(min(count, len(queue)))]
+        if queue:
+            self._queries.move_to_end(tenant)
+        else:
+            del self._queries[tenant]
+        return taken
 
     def _embed_batch(self, batch: list[_Waiter]) -> None:
         texts = list(dict.fromkeys(w.text for w in batch))  # identical texts once
