@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from memory_core.embedder import Embedder
+from memory_core.query_cache import QueryCache
 
 # From bench/embedding.py on the 2-core machine (docs/benchmarks.md): a one-thread
 # session takes ~5.6 ms for one short query and ~36 ms for 8 (4.5 ms each), ~62 ms for
@@ -81,48 +82,6 @@ class _Bulk:
     parts: list[np.ndarray] = field(default_factory=list)
     done: int = 0
     waiting_since: float = field(default_factory=time.monotonic)
-
-
-class QueryCache:
-    """The most recent query vectors, keyed by (model, exact text); thread-safe."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._items: OrderedDict[tuple[str, ...], np.ndarray] = OrderedDict()
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
-
-    def get(self, key: tuple[str, ...]) -> np.ndarray | None:
-        with self._lock:
-            vector = self._items.get(key)
-            if vector is None:
-                self.misses += 1
-                return None
-            self._items.move_to_end(key)
-            self.hits += 1
-            return vector
-
-    def put(self, key: tuple[str, ...], vector: np.ndarray) -> None:
-        if self.size <= 0:
-            return
-        vector = np.array(vector, dtype=np.float32)
-        vector.flags.writeable = False  # shared by every caller that hits it
-        with self._lock:
-            self._items[key] = vector
-            self._items.move_to_end(key)
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __contains__(self, key: tuple[str, ...]) -> bool:
-        return key in self._items
 
 
 class QueryBatcher:
