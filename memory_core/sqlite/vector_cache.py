@@ -11,7 +11,10 @@ stale and the events since say which memories to re-read. Writers in other proce
 Past PREFILTER_FROM vectors, the exact scan (memory-bandwidth bound: ~7 ms for 100k
 and ~70 ms for a million 384-float vectors on this machine) is preceded by a sign-bit pass: one bit
 per dimension, Hamming distance over 48 bytes a vector, then the closest candidates
-are scored exactly. Smaller tenants are always scanned exactly.
+are scored exactly. Smaller tenants are always scanned exactly, from a column-major
+matrix: OpenBLAS's matrix-vector kernel streams it about twice as fast as a row-major
+one here (10k x 384: ~0.3 against ~0.5-0.9 ms; 100k: 7 against 15 ms). Large tenants
+keep rows contiguous, as their snapshot maps them and the prefilter gathers rows.
 """
 
 from __future__ import annotations
@@ -62,7 +65,10 @@ class TenantVectors:
     def adopt(self, snapshot: Snapshot) -> None:
         """Take a snapshot's (memory-mapped) arrays as this copy, at its seq."""
         arrays = snapshot.arrays
-        self.vectors = arrays["vectors"]
+        vectors = arrays["vectors"]
+        if vector_order(len(vectors)) == "F":  # a small tenant: copied, to scan fast
+            vectors = np.asfortranarray(vectors)
+        self.vectors = vectors
         self.bits = arrays["bits"]
         self.rowids = np.array(arrays["rowids"], dtype=np.int64)
         self.spaces = np.array(arrays["spaces"], dtype=np.int32)
@@ -97,7 +103,8 @@ class TenantVectors:
         new_capacity = max(needed, capacity * 2, 1024)
         for attr in ARRAYS:
             old = getattr(self, attr)
-            grown = np.zeros((new_capacity, *old.shape[1:]), dtype=old.dtype)
+            order = vector_order(new_capacity) if attr == "vectors" else "C"
+            grown = np.zeros((new_capacity, *old.shape[1:]), dtype=old.dtype, order=order)
             grown[: self.size] = old[: self.size]
             setattr(self, attr, grown)
         bits = np.zeros((self.bits.shape[0], new_capacity), dtype=np.uint64)
@@ -131,7 +138,8 @@ class TenantVectors:
         keep = np.flatnonzero(self.alive[: self.size])
         for attr in ARRAYS:
             array = getattr(self, attr)
-            setattr(self, attr, array[keep].copy())
+            order = vector_order(len(keep)) if attr == "vectors" else "C"
+            setattr(self, attr, np.asarray(array[keep], order=order).copy(order=order))
         self.bits = np.ascontiguousarray(self.bits[:, keep])
         self.size = len(keep)
         self._position = {int(r): i for i, r in enumerate(self.rowids[: self.size])}
@@ -169,17 +177,11 @@ class TenantVectors:
         if k <= 0:
             return []
         query = vector.astype(np.float32)
-        if n >= PREFILTER_FROM:
-            rows = self._prefilter(query, mask, max(PREFILTER_CANDIDATES, 100 * k))
-            scores = self.vectors[rows] @ query
-        else:
-            rows = None
-            scores = self.vectors[:n] @ query
-            scores[~mask] = -np.inf
-        top = np.argpartition(-scores, k - 1)[:k]
-        top = top[np.argsort(-scores[top])]
-        index = top if rows is None else rows[top]
-        return [(int(self.rowids[i]), float(s)) for i, s in zip(index, scores[top], strict=True)]
+        if n < PREFILTER_FROM:
+            return _top(self.vectors[:n] @ query, mask, self.rowids[:n], k)
+        rows = self._prefilter(query, mask, max(PREFILTER_CANDIDATES, 100 * k))
+        scores = self.vectors[rows] @ query
+        return _top(scores, np.ones(len(rows), dtype=bool), self.rowids[rows], k)
 
     def search_with_kinds(
         self,
@@ -233,19 +235,26 @@ class TenantVectors:
 ARRAYS = ("vectors", "rowids", "spaces", "kinds", "alive")  # one row per vector
 
 
+def vector_order(capacity: int) -> str:
+    """Memory order of a tenant's vector matrix: column-major while it is scanned whole
+    (faster matrix-vector product), row-major once the prefilter gathers its rows."""
+    return "F" if capacity <= PREFILTER_FROM else "C"
+
+
 def _top(
     scores: np.ndarray, mask: np.ndarray, rowids: np.ndarray, k: int
 ) -> list[tuple[int, float]]:
-    """The `k` best (rowid, score) among rows in `mask`, best first, chosen exactly as
-    `TenantVectors.search` chooses (same ties)."""
-    k = min(k, int(np.count_nonzero(mask)))
+    """The `k` best (rowid, score) among rows in `mask`, best first; ties go to the
+    smaller rowid, so the answer does not depend on where a row sits in the matrix."""
+    rows = np.flatnonzero(mask)  # selecting among many equal -inf is slow: leave them out
+    k = min(k, len(rows))
     if k <= 0:
         return []
-    scores = scores.copy()
-    scores[~mask] = -np.inf
-    top = np.argpartition(-scores, k - 1)[:k]
-    top = top[np.argsort(-scores[top])]
-    return [(int(rowids[i]), float(scores[i])) for i in top]
+    scores = scores[rows]
+    threshold = np.partition(scores, len(scores) - k)[len(scores) - k]
+    top = np.flatnonzero(scores >= threshold)  # k rows, more only on a tie at the cut
+    top = top[np.lexsort((rowids[rows[top]], -scores[top]))][:k]
+    return [(int(rowids[rows[i]]), float(scores[i])) for i in top]
 
 
 def sign_bits(block: np.ndarray) -> np.ndarray:
