@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from memory_core.sqlite import int8_scan
 from memory_core.sqlite import vector_cache as vector_cache
+from memory_core.sqlite.int8_scan import Int8Scan
 from memory_core.sqlite.vector_cache import TenantVectors
 
 
@@ -92,15 +94,68 @@ def test_equal_scores_go_to_the_smaller_rowid_wherever_the_rows_sit(monkeypatch,
     assert [r for r, _ in hits] == [8] and [r for r, _ in rules] == [8] and in_scope == 501
 
 
-def test_column_major_and_row_major_copies_answer_alike():
-    """A small tenant is scanned column-major, a snapshot maps rows: same answers."""
+def _near_ties(n: int, seed: int = 3) -> np.ndarray:
+    """Tight clusters: many rows within int8 rounding of each other, where an int8
+    ranking alone gets the order wrong."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((20, 384)).astype(np.float32)
+    block = centres[rng.integers(0, 20, n)] + 0.02 * rng.standard_normal((n, 384))
+    return (block / np.linalg.norm(block, axis=1, keepdims=True)).astype(np.float32)
+
+
+def test_int8_scan_answers_exactly_as_the_float_scan(monkeypatch):
+    block = _near_ties(6000)
+    rng = np.random.default_rng(4)
+    queries = block[rng.integers(0, len(block), 40)] + 0.01 * rng.standard_normal((40, 384))
+    queries = (queries / np.linalg.norm(queries, axis=1, keepdims=True)).astype(np.float32)
+
+    def answers() -> list:
+        vectors = filled(block)
+        vectors.put(7001, "work", "fact", block[5])  # an exact twin
+        for rowid in range(1, 400, 7):
+            vectors.drop(rowid)
+        vectors.put(7002, "default", "constraint", queries[0])  # after the first scan
+        out = []
+        for query in queries:
+            out.append(vectors.search(query, ["default", "work"], None, 40))
+            out.append(vectors.search(query, ["work"], ["fact"], 10))
+            hits, rules, scope = vectors.search_with_kinds(
+                query, ["default", "work"], 40, ["constraint"], 11
+            )
+            out += [hits, rules, [(scope, 0.0)]]
+        return out
+
+    monkeypatch.setattr(vector_cache, "INT8_FROM", 10**9)
+    exact = answers()
+    monkeypatch.setattr(vector_cache, "INT8_FROM", 0)
+    through_int8 = answers()
+    for a, e in zip(through_int8, exact, strict=True):
+        assert [r for r, _ in a] == [r for r, _ in e]
+        assert [s for _, s in a] == pytest.approx([s for _, s in e], abs=1e-6)
+
+
+def test_int8_error_bound_holds():
     block = clustered(3000)
-    columns = filled(block)
-    assert columns.vectors.flags["F_CONTIGUOUS"]
-    rows = filled(block)
-    rows.vectors = np.ascontiguousarray(rows.vectors)
-    for query in block[:20]:
-        a = columns.search_with_kinds(query, ["default", "work"], 10, ["fact"], 5)
-        b = rows.search_with_kinds(query, ["default", "work"], 10, ["fact"], 5)
-        assert [r for r, _ in a[0]] == [r for r, _ in b[0]]
-        assert [r for r, _ in a[1]] == [r for r, _ in b[1]] and a[2] == b[2]
+    scan = Int8Scan(384)
+    scan.set(0, block)
+    rng = np.random.default_rng(5)
+    for query in rng.standard_normal((20, 384)).astype(np.float32):
+        scored = scan.scores(query, len(block))
+        approx, bound = scored.approx, scored.bound(np.arange(len(block)))
+        assert np.all(bound <= scored.max_bound)
+        assert np.all(np.abs(block @ query - approx) <= bound)
+
+
+def test_the_int8_scan_model_is_one_matmulinteger():
+    from onnx import TensorProto, helper
+
+    q = helper.make_tensor_value_info("q", TensorProto.UINT8, [1, None])
+    b = helper.make_tensor_value_info("b", TensorProto.INT8, [None, None])
+    y = helper.make_tensor_value_info("y", TensorProto.INT32, [1, None])
+    node = helper.make_node("MatMulInteger", ["q", "b"], ["y"])
+    graph = helper.make_graph([node], "int8_scan", [q, b], [y])
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 13)], producer_name="memrelay"
+    )
+    model.ir_version = 8
+    assert model.SerializeToString() == int8_scan.MODEL

@@ -11,10 +11,9 @@ stale and the events since say which memories to re-read. Writers in other proce
 Past PREFILTER_FROM vectors, the exact scan (memory-bandwidth bound: ~7 ms for 100k
 and ~70 ms for a million 384-float vectors on this machine) is preceded by a sign-bit pass: one bit
 per dimension, Hamming distance over 48 bytes a vector, then the closest candidates
-are scored exactly. Smaller tenants are always scanned exactly, from a column-major
-matrix: OpenBLAS's matrix-vector kernel streams it about twice as fast as a row-major
-one here (10k x 384: ~0.3 against ~0.5-0.9 ms; 100k: 7 against 15 ms). Large tenants
-keep rows contiguous, as their snapshot maps them and the prefilter gathers rows.
+are scored exactly. Smaller tenants are always scanned exactly; from INT8_FROM vectors
+through an int8 copy with error bounds (memory_core/sqlite/int8_scan.py: a quarter of
+the bytes, same answer).
 """
 
 from __future__ import annotations
@@ -25,10 +24,12 @@ from collections import OrderedDict
 import numpy as np
 
 from memory_core.sqlite.db import Connection
+from memory_core.sqlite.int8_scan import Int8Scan, Scored
 from memory_core.sqlite.vector_snapshot import SNAPSHOT_FROM, Snapshot, SnapshotDir
 
 PREFILTER_FROM = 65_536  # vectors in a tenant before the sign-bit pass is used
 PREFILTER_CANDIDATES = 4_000  # rescored exactly (at least 100 per result asked for)
+INT8_FROM = 2_048  # vectors in a tenant before the exact scan goes through int8
 
 
 class TenantVectors:
@@ -49,6 +50,7 @@ class TenantVectors:
         self.codes: dict[str, int] = {}
         self.seq = 0
         self.dirty = False  # changed since its snapshot on disk (or never saved)
+        self.int8: Int8Scan | None = None  # built on the first scan that wants it
         self.loaded_from = ""  # "snapshot" or "database": how the copy was first filled
         self.lock = threading.Lock()
 
@@ -65,16 +67,14 @@ class TenantVectors:
     def adopt(self, snapshot: Snapshot) -> None:
         """Take a snapshot's (memory-mapped) arrays as this copy, at its seq."""
         arrays = snapshot.arrays
-        vectors = arrays["vectors"]
-        if vector_order(len(vectors)) == "F":  # a small tenant: copied, to scan fast
-            vectors = np.asfortranarray(vectors)
-        self.vectors = vectors
+        self.vectors = arrays["vectors"]
         self.bits = arrays["bits"]
         self.rowids = np.array(arrays["rowids"], dtype=np.int64)
         self.spaces = np.array(arrays["spaces"], dtype=np.int32)
         self.kinds = np.array(arrays["kinds"], dtype=np.int32)
         self.size = len(self.rowids)
         self.alive = np.ones(self.size, dtype=bool)
+        self.int8 = None
         self.codes = dict(snapshot.codes)
         self._position = None
         self.seq = snapshot.seq
@@ -103,8 +103,7 @@ class TenantVectors:
         new_capacity = max(needed, capacity * 2, 1024)
         for attr in ARRAYS:
             old = getattr(self, attr)
-            order = vector_order(new_capacity) if attr == "vectors" else "C"
-            grown = np.zeros((new_capacity, *old.shape[1:]), dtype=old.dtype, order=order)
+            grown = np.zeros((new_capacity, *old.shape[1:]), dtype=old.dtype)
             grown[: self.size] = old[: self.size]
             setattr(self, attr, grown)
         bits = np.zeros((self.bits.shape[0], new_capacity), dtype=np.uint64)
@@ -124,12 +123,16 @@ class TenantVectors:
         self.spaces[index] = self.code(space)
         self.kinds[index] = self.code(kind)
         self.alive[index] = True
+        if self.int8 is not None:
+            self.int8.set(index, self.vectors[index][None, :])
 
     def drop(self, rowid: int) -> None:
         index = self.position.pop(rowid, None)
         if index is not None:
             self.alive[index] = False
             self.vectors[index] = 0.0
+            if self.int8 is not None:
+                self.int8.clear(index)
         if self.size > 1024 and len(self.position) < self.size // 2:
             self._compact()
 
@@ -138,10 +141,10 @@ class TenantVectors:
         keep = np.flatnonzero(self.alive[: self.size])
         for attr in ARRAYS:
             array = getattr(self, attr)
-            order = vector_order(len(keep)) if attr == "vectors" else "C"
-            setattr(self, attr, np.asarray(array[keep], order=order).copy(order=order))
+            setattr(self, attr, array[keep].copy())
         self.bits = np.ascontiguousarray(self.bits[:, keep])
         self.size = len(keep)
+        self.int8 = None  # rows moved: rebuilt on the next scan
         self._position = {int(r): i for i, r in enumerate(self.rowids[: self.size])}
 
     def put_many(
@@ -157,6 +160,8 @@ class TenantVectors:
         self.spaces[start:end] = [self.code(s) for s in spaces]
         self.kinds[start:end] = [self.code(k) for k in kinds]
         self.alive[start:end] = True
+        if self.int8 is not None:
+            self.int8.set(start, self.vectors[start:end])
         if self._position is not None:
             self._position.update((int(r), start + i) for i, r in enumerate(rowids))
         self.size = end
@@ -178,7 +183,7 @@ class TenantVectors:
             return []
         query = vector.astype(np.float32)
         if n < PREFILTER_FROM:
-            return _top(self.vectors[:n] @ query, mask, self.rowids[:n], k)
+            return self._exact(query, [(mask, k)])[0]
         rows = self._prefilter(query, mask, max(PREFILTER_CANDIDATES, 100 * k))
         scores = self.vectors[rows] @ query
         return _top(scores, np.ones(len(rows), dtype=bool), self.rowids[rows], k)
@@ -209,9 +214,23 @@ class TenantVectors:
                 self.search(vector, spaces, kinds, kinds_k) if in_scope else [],
                 in_scope,
             )
-        scores = self.vectors[:n] @ vector.astype(np.float32)
+        hits, rules = self._exact(vector.astype(np.float32), [(scope, k), (of_kinds, kinds_k)])
+        return hits, rules, in_scope
+
+    def _exact(
+        self, query: np.ndarray, wanted: list[tuple[np.ndarray, int]]
+    ) -> list[list[tuple[int, float]]]:
+        """The exact `k` nearest rows of each mask, from one scan of the whole copy."""
+        n = self.size
         rowids = self.rowids[:n]
-        return _top(scores, scope, rowids, k), _top(scores, of_kinds, rowids, kinds_k), in_scope
+        if n < INT8_FROM:
+            scores = self.vectors[:n] @ query
+            return [_top(scores, mask, rowids, k) for mask, k in wanted]
+        if self.int8 is None:
+            self.int8 = Int8Scan(self.dim)
+            self.int8.set(0, self.vectors[:n])
+        scored = self.int8.scores(query, n)
+        return [_top_bounded(scored, self.vectors, query, mask, rowids, k) for mask, k in wanted]
 
     def _lookup(self, codes: list[int]) -> np.ndarray:
         table = np.zeros(len(self.codes) + 1, dtype=bool)
@@ -235,12 +254,6 @@ class TenantVectors:
 ARRAYS = ("vectors", "rowids", "spaces", "kinds", "alive")  # one row per vector
 
 
-def vector_order(capacity: int) -> str:
-    """Memory order of a tenant's vector matrix: column-major while it is scanned whole
-    (faster matrix-vector product), row-major once the prefilter gathers its rows."""
-    return "F" if capacity <= PREFILTER_FROM else "C"
-
-
 def _top(
     scores: np.ndarray, mask: np.ndarray, rowids: np.ndarray, k: int
 ) -> list[tuple[int, float]]:
@@ -255,6 +268,41 @@ def _top(
     top = np.flatnonzero(scores >= threshold)  # k rows, more only on a tie at the cut
     top = top[np.lexsort((rowids[rows[top]], -scores[top]))][:k]
     return [(int(rowids[rows[i]]), float(scores[i])) for i in top]
+
+
+def _top_bounded(
+    scored: Scored,
+    vectors: np.ndarray,
+    query: np.ndarray,
+    mask: np.ndarray,
+    rowids: np.ndarray,
+    k: int,
+) -> list[tuple[int, float]]:
+    """`_top` of the float32 scores, from int8 scores and their error bounds: the k best
+    int8 rows scored exactly give a threshold no top-k row is below; only rows whose int8
+    score plus bound reaches it can be in the top k, and those are scored exactly."""
+    rows = np.flatnonzero(mask)
+    k = min(k, len(rows))
+    if k <= 0:
+        return []
+    guess = scored.approx[rows]
+    first = _best(rows, guess, k)
+    threshold = float((vectors[first] @ query).min())
+    near = rows[guess >= threshold - scored.max_bound]  # then each row's own bound
+    candidates = near[scored.approx[near] + scored.bound(near) >= threshold]
+    exact = vectors[candidates] @ query
+    return _top(exact, np.ones(len(candidates), dtype=bool), rowids[candidates], k)
+
+
+def _best(rows: np.ndarray, guess: np.ndarray, k: int) -> np.ndarray:
+    """The `k` rows of highest `guess`. Selecting among all rows costs ~80 us at 10k; a
+    cut below the best score usually leaves a few hundred to select from."""
+    top = float(guess.max())
+    for drop in (0.1, 0.2, 0.4):
+        pool = np.flatnonzero(guess >= top - drop)
+        if len(pool) >= k:
+            return rows[pool[np.argpartition(guess[pool], len(pool) - k)[len(pool) - k :]]]
+    return rows[np.argpartition(guess, len(guess) - k)[len(guess) - k :]]
 
 
 def sign_bits(block: np.ndarray) -> np.ndarray:
