@@ -159,3 +159,18 @@ def test_the_int8_scan_model_is_one_matmulinteger():
     )
     model.ir_version = 8
     assert model.SerializeToString() == int8_scan.MODEL
+
+
+def test_a_dropped_row_leaves_no_trace_in_the_int8_copy(monkeypatch):
+    """Forgetting zeroes the row in the float32 copy; the int8 copy must follow."""
+    monkeypatch.setattr(vector_cache, "INT8_FROM", 0)
+    block = clustered(3000)
+    vectors = filled(block)
+    vectors.search(block[0], ["default", "work"], None, 5)  # builds the int8 copy
+    assert vectors.int8 is not None
+    index = vectors.position[101]
+    assert vectors.int8.blocks[index // int8_scan.BLOCK][:, index % int8_scan.BLOCK].any()
+    vectors.drop(101)
+    column = vectors.int8.blocks[index // int8_scan.BLOCK][:, index % int8_scan.BLOCK]
+    assert not column.any() and vectors.int8.scale[index] == 1.0
+    assert not vectors.vectors[index].any()
