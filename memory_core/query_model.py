@@ -29,7 +29,7 @@ log = logging.getLogger("memrelay.embedder")
 _LOCK = threading.Lock()
 QUERY_MODEL_FILE = "model.onnx"
 # How the copy is made; part of its folder's name, so a changed recipe builds anew.
-RECIPE = "dynamic-int8-per-channel-fused-v2"
+RECIPE = "dynamic-int8-per-channel-fused-v3"
 
 
 def dynamic_query_model(source_dir: Path, cache_dir: Path | None = None) -> Path:
@@ -73,10 +73,11 @@ def _linked(source_dir: Path, target: Path) -> Path:
 
 def _build(source: Path, target: Path) -> None:
     """Fold the packaged graph's weight arithmetic into float32 weights (ONNX Runtime's
-    basic optimisation, saved), fuse its layer norms and GELUs (ONNX Runtime's
-    transformer optimiser: ~7% faster queries, same vectors), then quantise it
-    dynamically, weights per output channel (per tensor, query vectors were at cosine
-    ~0.97 to the exact ones; per channel ~0.995, about as fast); moved into place whole."""
+    basic optimisation, saved), fuse its GELUs (ONNX Runtime's transformer optimiser),
+    keep its residual sums out of SkipLayerNormalization (`_residual_sums`), then
+    quantise it dynamically, weights per output channel (per tensor, query vectors were
+    at cosine ~0.97 to the exact ones; per channel ~0.995, about as fast); moved into
+    place whole."""
     try:
         import onnxruntime as ort
         from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -89,7 +90,7 @@ def _build(source: Path, target: Path) -> None:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
         options.optimized_model_filepath = str(folded)
         ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
-        folded = _fused(folded)
+        folded = _residual_sums(_fused(folded))
         quantised = Path(work) / QUERY_MODEL_FILE
         hint = _DropHint()
         logging.getLogger().addFilter(hint)  # its advice to pre-process is not for us
@@ -103,21 +104,65 @@ def _build(source: Path, target: Path) -> None:
 
 
 def _fused(folded: Path) -> Path:
-    """`folded` with BERT's layer-norm and GELU subgraphs fused into single operators, or
-    `folded` itself when the optimiser cannot read it (the copy is then ~7% slower)."""
+    """`folded` with BERT's GELU subgraphs (and its bias) fused into single operators, or
+    `folded` itself when the optimiser cannot read it (the copy is then ~7% slower). Not
+    its layer norms into SkipLayerNormalization: see `_residual_sums`."""
     fused = folded.with_name("fused.onnx")
     try:
+        from onnxruntime.transformers.fusion_options import FusionOptions
         from onnxruntime.transformers.optimizer import optimize_model
 
+        options = FusionOptions("bert")
+        options.enable_skip_layer_norm = False
+        options.enable_bias_skip_layer_norm = False
         # 0 heads and size: read from the graph (its attention is not fused either way)
         model = optimize_model(
-            str(folded), model_type="bert", num_heads=0, hidden_size=0, opt_level=1
+            str(folded),
+            model_type="bert",
+            num_heads=0,
+            hidden_size=0,
+            opt_level=1,
+            optimization_options=options,
         )
         model.save_model_to_file(str(fused))
     except Exception as exc:  # an optimiser that fails costs speed, never the copy
         log.warning("query model copy built without fused operators: %s", exc)
         return folded
     return fused
+
+
+def _residual_sums(model_path: Path) -> Path:
+    """`model_path` with each residual Add (two computed inputs, feeding only a
+    LayerNormalization) written as the equivalent Sum, or `model_path` itself when the
+    graph cannot be read. Why: ONNX Runtime's session fuses Add + LayerNormalization
+    into SkipLayerNormalization, whose CPU kernel is a scalar loop about 4x slower than
+    its LayerNormalization (42 against 10 us for a 20-token query), which made the
+    copy 8-18% slower (docs/benchmarks.md, issue 16 nbits); it fuses only Add."""
+    summed = model_path.with_name("summed.onnx")
+    try:
+        import onnx
+
+        model = onnx.load(str(model_path))
+        graph = model.graph
+        constants = {t.name for t in graph.initializer}
+        constants.update(o for n in graph.node if n.op_type == "Constant" for o in n.output)
+        users: dict[str, list[str]] = {}
+        for node in graph.node:
+            for name in node.input:
+                users.setdefault(name, []).append(node.op_type)
+        for node in graph.node:
+            if (
+                node.op_type == "Add"
+                and not node.domain
+                and not constants.intersection(node.input)
+                and users.get(node.output[0]) == ["LayerNormalization"]
+            ):
+                node.op_type = "Sum"
+        onnx.save(model, str(summed))
+    except Exception as exc:  # costs speed, never the copy
+        log.warning("query model copy built with fused skip layer norms: %s", exc)
+        return model_path
+    return summed
 
 
 class _DropHint(logging.Filter):

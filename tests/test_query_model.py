@@ -128,3 +128,28 @@ def test_the_copy_goes_to_the_cache_when_beside_the_model_is_not_writable(
     exact = FastEmbedEmbedder(source, query_model="exact").embed_queries(QUERIES[:2])
     assert np.allclose(vectors, exact)
     assert any("exact model" in r.getMessage() for r in caplog.records)
+
+
+def test_the_copy_keeps_its_layer_norms_out_of_skip_layer_norm(tmp_path: Any) -> None:
+    """ONNX Runtime's CPU SkipLayerNormalization is about 4x slower than its
+    LayerNormalization (a scalar loop): the copy's residual sums are Sum nodes, so that
+    neither its build nor the session fuses them (docs/benchmarks.md, issue 16 nbits)."""
+    import onnx
+    import onnxruntime as ort
+
+    from memory_core.embedder import assemble_default_model
+    from memory_core.query_model import dynamic_query_model
+
+    source = tmp_path / "models" / "minilm"
+    source.mkdir(parents=True)
+    for item in assemble_default_model().iterdir():
+        (source / item.name).symlink_to(item.resolve())
+    copy = dynamic_query_model(source)  # built now, from this code
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.optimized_model_filepath = str(tmp_path / "as-run.onnx")
+    ort.InferenceSession(str(copy / "model.onnx"), options, providers=["CPUExecutionProvider"])
+    ops = [n.op_type for n in onnx.load(str(tmp_path / "as-run.onnx")).graph.node]
+    assert "SkipLayerNormalization" not in ops
+    assert ops.count("LayerNormalization") == 13  # embeddings' and 2 per layer
+    assert "BiasGelu" in ops and "DynamicQuantizeMatMul" in ops  # still fused, quantised
