@@ -110,6 +110,19 @@ def parse_commands(text: str) -> Commands:
     return found
 
 
+# Every forget pattern holds one of these: a message without any asks to forget nothing.
+_FORGET_VERBS = ("forget", "vergiss", "oubli", "olvid", "olvíd", "esquec", "esqueç")
+
+
+def asks_to_forget(text: str) -> bool:
+    """Whether `text` holds a forget request, as `parse_commands` finds them. Checked on
+    every chat before it goes upstream (memory_core/jobs.py orders such jobs), so a
+    message naming no forget verb (nearly all) costs a substring scan, not the grammar
+    (0.7 us for a short message, 0.17 ms for 46 kB, against 13 ms for the grammar)."""
+    folded = (text or "").casefold()
+    return any(verb in folded for verb in _FORGET_VERBS) and bool(parse_commands(text).forget)
+
+
 def _clean(text: str) -> str:
     text = " ".join(text.split()).strip(" .!,;:\"'“”")
     return text[:MAX_CHARS]

@@ -59,7 +59,8 @@ NEIGHBOURS = 4
 SEED_SIMILARITY = 0.35  # only a clearly related memory's neighbours (each costs a recall)
 NEIGHBOUR_SIMILARITY = 0.40
 RELATED_MAX = 16
-FORGET_MAX = 10
+FORGET_MAX = 10  # recalled for a forget request; what the model may choose from
+FORGET_PAGE = 500  # memories holding every word, read per page of the full-text sweep
 SOURCE_RANK = {"assistant": 0, "user": 1, "import": 1, "admin": 2}
 FORGET_REASON = "forgotten at the user's request in a chat"
 RETIRE_REASON = "no longer true, said in a chat"
@@ -408,16 +409,21 @@ class Reconciler:
     ) -> list[Outcome]:
         """Forget what a request in the user's words means, or nothing.
 
-        Every memory of the readable spaces holding all the request's words ("my alarm
-        code" -> alarm, code) is forgotten, without a model. When none holds them all,
-        the model may pick the one memory it clearly means among the recalled ones."""
+        Every active memory of the readable spaces holding all the request's words ("my
+        alarm code" -> alarm, code; folded and stemmed) is forgotten, without a model,
+        however many there are and however they rank: those among the FORGET_MAX
+        recalled, then every one the full-text sweep finds (`_forget_holding`). When none holds
+        them all, the model may pick the one memory it clearly means among the recalled."""
         results = await self.store.recall(
             RecallQuery(tenant, spaces, request, top_k=FORGET_MAX, background=True)
         )
         wanted = stems(request, FORGET_FILLER)
-        exact = [r.memory for r in results if wanted and wanted <= stems(r.memory.content)]
-        if exact:
-            return [await self.forget_memory(tenant, m, job_id) for m in exact]
+        if wanted:
+            exact = [r.memory for r in results if wanted <= stems(r.memory.content)]
+            outcomes = [await self.forget_memory(tenant, m, job_id) for m in exact]
+            outcomes += await self._forget_holding(tenant, spaces, request, wanted, job_id)
+            if outcomes:
+                return outcomes
         candidates = {r.memory.id: r.memory for r in results}
         if not candidates or self.llm is None:
             return [Outcome("not_forgotten", reason="no candidate memory")]
@@ -435,3 +441,28 @@ class Reconciler:
         if chosen not in candidates:
             return [Outcome("not_forgotten", reason="ambiguous or no match")]
         return [await self.forget_memory(tenant, candidates[chosen], job_id)]
+
+    async def _forget_holding(
+        self, tenant: str, spaces: list[str], request: str, wanted: set[str], job_id: str | None
+    ) -> list[Outcome]:
+        """Forget every active memory of `spaces` holding all `wanted` stems, found through
+        the store's full-text side (`text_matches`: every hit, not the best k).
+
+        Cost: the store reads only memories whose indexed text holds every word of the
+        request (SQLite walks the postings of the rarest word in the tenant's spaces;
+        Postgres the GIN index), FORGET_PAGE at a time, and each page is forgotten
+        before the next is read, so memory stays bounded by a page whatever the matches;
+        the time grows with the matches, never with the tenant's other memories. The
+        index's stemmer decides the candidates, the Porter stems above decide the match:
+        SQLite's is the same Porter algorithm; Postgres's English one conflates fewer
+        words (news/new), so a memory matching only through such a Porter conflation is
+        reached by the recall side alone."""
+        words = [w for w in re.findall(r"\w+", fold(request)) if w not in FORGET_FILLER]
+        outcomes: list[Outcome] = []
+        after: int | None = 0
+        while after is not None:
+            page, after = await self.store.text_matches(tenant, spaces, words, after, FORGET_PAGE)
+            for memory in page:
+                if wanted <= stems(memory.content):
+                    outcomes.append(await self.forget_memory(tenant, memory, job_id))
+        return outcomes

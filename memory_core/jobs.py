@@ -11,6 +11,21 @@ go out, invisible to claims and counts, then finished with the answer or dropped
 Leases name their owner (host:pid:boot id); a process extends the leases it holds
 while it works and gives back only its own; a dead process's leases run out by time.
 Done jobs are pruned after a retention period; dead jobs stay until retried or purged.
+
+A job holding an explicit forget request ("forget my locker code"; `forgets`, set when
+the job is written) also waits until no earlier job of its tenant (lower seq) is pending
+or leased, in any space. Why: order is kept per tenant and space, so that job (write
+space `work`, reading `personal`) could run while an earlier exchange's job in
+`personal`, which stores the locker code, still waits; the code would be learned after
+the forget and stay. Checking afterwards instead (a later job re-checking tombstones)
+cannot work: what a request asked to forget is never stored, in words or stems, and a
+tombstone holds no text. Every space, not only the readable ones, because a job may
+write into any space it reads (a successor goes where the memory it replaces was) and
+jobs' readable spaces live only in their payloads. Only forget jobs wait: other jobs are
+ordered per tenant and space as before, so learning runs in parallel across spaces, and
+a forget waits for at most what was queued before it (later jobs never delay it). Dead
+jobs and drafts (answers still streaming, as for the scope order) do not hold it back.
+The rule is part of the claim query over durable rows, so kill -9 changes nothing.
 """
 
 from __future__ import annotations
@@ -27,15 +42,18 @@ from memory_core.sqlite.db import Connection
 
 JOB_COLUMNS = (
     "id, tenant, space, status, payload, attempts, max_attempts, available_at, lease_owner,"
-    " lease_until, last_error, result, created_at, updated_at"
+    " lease_until, last_error, result, created_at, updated_at, forgets"
 )
 JOB_STATUSES = ("pending", "leased", "done", "dead")
-# A pending job in the same scope with a lower seq, or a leased one, blocks a claim.
+# A pending job in the same scope with a lower seq, or a leased one, blocks a claim; a
+# forget job also waits for every earlier job of its tenant (see the module docstring).
 HEAD_OF_SCOPE = (
     "j.status = 'pending' AND j.draft = false AND j.available_at <= {now}"
     " AND NOT EXISTS (SELECT 1 FROM jobs k WHERE k.tenant = j.tenant AND k.space = j.space"
     "   AND k.draft = false"
     "   AND (k.status = 'leased' OR (k.status = 'pending' AND k.seq < j.seq)))"
+    " AND (j.forgets = false OR NOT EXISTS (SELECT 1 FROM jobs f WHERE f.tenant = j.tenant"
+    "   AND f.status IN ('pending', 'leased') AND f.draft = false AND f.seq < j.seq))"
 )
 BACKLOG_SQL = (
     "SELECT tenant, count(*) FROM jobs WHERE status IN ('pending', 'leased') GROUP BY tenant"
@@ -72,6 +90,7 @@ class Job:
     result: dict[str, Any] | None
     created_at: float
     updated_at: float
+    forgets: bool = False  # the user's message holds a forget request (module docstring)
 
     def as_dict(self, with_payload: bool = False) -> dict[str, Any]:
         data = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -85,6 +104,7 @@ def job_from_row(row: tuple[Any, ...]) -> Job:
     values = list(row)
     for i in (4, 11):
         values[i] = json.loads(values[i]) if isinstance(values[i], str) else values[i]
+    values[14] = bool(values[14])
     return Job(*values)
 
 
@@ -96,6 +116,8 @@ class JobQueue(Protocol):
         payload: dict[str, Any],
         job_id: str | None = None,
         max_attempts: int = 5,
+        *,
+        forgets: bool = False,
     ) -> Job: ...
 
     async def claim(self, owner: str, lease_seconds: float) -> Job | None: ...
@@ -119,6 +141,8 @@ class JobQueue(Protocol):
         max_attempts: int,
         digest: str | None,
         dedup_since: float,
+        *,
+        forgets: bool = False,
     ) -> Job | None: ...
 
     async def finish_draft(self, job_id: str, payload: dict[str, Any]) -> bool: ...
@@ -151,21 +175,24 @@ def enqueue(
     payload: dict[str, Any],
     job_id: str | None,
     max_attempts: int,
+    forgets: bool = False,
 ) -> Job:
     """Add a job; enqueuing the same id twice keeps the first (idempotent)."""
     now = time.time()
     job_id = job_id or f"job_{uuid.uuid4().hex}"
     conn.execute(
         "INSERT OR IGNORE INTO jobs (id, tenant, space, status, payload, max_attempts,"
-        " available_at, created_at, updated_at) VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?)",
-        (job_id, tenant, space, json.dumps(payload), max_attempts, now, now, now),
+        " available_at, created_at, updated_at, forgets)"
+        " VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?)",
+        (job_id, tenant, space, json.dumps(payload), max_attempts, now, now, now, forgets),
     )
     return _get(conn, job_id)
 
 
 def claim(conn: Connection, owner: str, lease_seconds: float) -> Job | None:
     """Lease the oldest runnable job whose tenant and space have nothing older pending
-    and nothing leased; expired leases count as pending again."""
+    and nothing leased (a forget job: nothing older of its tenant in any space); expired
+    leases count as pending again."""
     now = time.time()
     conn.execute(
         "UPDATE jobs SET status = 'pending', lease_owner = NULL, lease_until = NULL,"
@@ -253,6 +280,7 @@ def reserve(
     max_attempts: int,
     digest: str | None,
     dedup_since: float,
+    forgets: bool = False,
 ) -> Job | None:
     """Write a draft job (not claimable, not counted) unless the same content was queued
     in this scope since `dedup_since` (then None: it is already one piece of evidence)."""
@@ -263,9 +291,9 @@ def reserve(
     now = time.time()
     conn.execute(
         "INSERT INTO jobs (id, tenant, space, status, payload, max_attempts, available_at,"
-        " created_at, updated_at, draft, content_hash)"
-        " VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?, true, ?)",
-        (job_id, tenant, space, json.dumps(payload), max_attempts, now, now, now, digest),
+        " created_at, updated_at, draft, content_hash, forgets)"
+        " VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?, true, ?, ?)",
+        (job_id, tenant, space, json.dumps(payload), max_attempts, now, now, now, digest, forgets),
     )
     return _get(conn, job_id)
 

@@ -89,6 +89,13 @@ class MemoryStore(Protocol):
 
     async def recall(self, query: RecallQuery) -> list[Recalled]: ...
 
+    async def text_matches(
+        self, tenant: str, spaces: list[str], words: list[str], after: int = 0, limit: int = 500
+    ) -> tuple[list[Memory], int | None]:
+        """Every active memory of `spaces` holding all `words` by the full-text index, a
+        page at a time after the cursor `after`; the next cursor, or None at the end."""
+        ...
+
     async def nearest(
         self, tenant: str, space: str, text: str, k: int = 5
     ) -> list[tuple[Memory, float]]: ...

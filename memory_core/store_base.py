@@ -94,6 +94,15 @@ class EmbeddingStore:
     async def recall(self, query: RecallQuery) -> list[Any]:
         raise NotImplementedError
 
+    async def text_matches(
+        self, tenant: str, spaces: list[str], words: list[str], after: int = 0, limit: int = 500
+    ) -> tuple[list[Memory], int | None]:
+        """Active, unexpired memories of `spaces` whose indexed text holds every one of
+        `words` (by the index's own tokenizer and stemmer), in storage order after the
+        cursor `after`, at most `limit`; with the next cursor, None after the last page.
+        Every hit, not a ranking: what a forget request in words must reach."""
+        raise NotImplementedError
+
     async def find_slot(
         self, tenant: str, space: str, subject: str, attribute: str
     ) -> list[Memory]:
@@ -147,6 +156,17 @@ def recall_input(query: RecallQuery) -> tuple[str, list[str]] | None:
     if not text or (not terms and not query.use_vector):
         return None
     return text, terms
+
+
+def match_input(tenant: str, spaces: list[str], words: list[str]) -> list[str]:
+    """Checked scope, and the words to match (folded, at most MAX_QUERY_TERMS); none
+    means nothing to match."""
+    validate_id(tenant, "tenant")
+    if len(spaces) > MAX_SPACES:
+        raise InvalidInput(f"at most {MAX_SPACES} read spaces")
+    for space in spaces:
+        validate_id(space, "space")
+    return query_terms(clean_query(" ".join(words))) if spaces else []
 
 
 def import_texts(batch: list[tuple[int, dict[str, Any]]]) -> list[str]:

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from extraction.commands import parse_commands, third_person
+from extraction.commands import asks_to_forget, parse_commands, third_person
 from extraction.facts import read_expiry, read_extraction
 from proxy.memory.conversation import learning_context
 
@@ -54,6 +54,9 @@ def test_remember_requests(text, remembered):
         ("Oublie mon adresse.", ["mon adresse"]),
         ("Olvida mi dirección", ["mi dirección"]),
         ("Esquece o meu endereço", ["o meu endereço"]),
+        ("Esqueça que eu fumo", ["eu fumo"]),
+        ("OLVÍDATE DE MI DIRECCIÓN", ["MI DIRECCIÓN"]),
+        ("OUBLIE mon adresse", ["mon adresse"]),
         ("I forgot my keys", []),
         ("forget it", []),
         ("Don't forget that I'm vegan", []),
@@ -61,6 +64,8 @@ def test_remember_requests(text, remembered):
 )
 def test_forget_requests(text, forget):
     assert parse_commands(text).forget == forget
+    # The cheap check run on every chat (the job then waits for earlier ones) agrees.
+    assert asks_to_forget(text) is bool(forget)
 
 
 def test_third_person_rewrite():

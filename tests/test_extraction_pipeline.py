@@ -177,6 +177,29 @@ def test_explicit_forget_request_forgets_only_a_clear_match(fake, memory_proxy, 
     assert [m.content for m in active(seed)] == ["The user likes jazz"]
 
 
+def test_a_forget_in_another_space_waits_for_the_fact_it_forgets(fake, memory_proxy, script):
+    """Two workers; "forget my locker code" said in `work` (reading `personal`) right
+    after the code was told in `personal`, whose job is slow: ordered per space only,
+    the forget ran first, found nothing, and the code was stored after it for good."""
+    server, seed = memory_proxy(extraction_workers=2)
+    script.facts["locker code is 5521"] = [fact("The user's locker code is 5521")]
+
+    def slow_for_the_code(request):
+        reply = script(request)
+        if reply is not None and b"locker code is 5521" in request.body:
+            reply.first_delay = 2.0  # the model takes its time on the exchange with the code
+        return reply
+
+    fake.responder = slow_for_the_code
+    say(server, "My locker code is 5521", **{"X-Memrelay-Write-Space": "personal"})
+    headers = {"X-Memrelay-Write-Space": "work", "X-Memrelay-Read-Spaces": "work,personal"}
+    say(server, "Please forget my locker code", **headers)
+    drain(seed, 2)
+    assert [m.content for m in active(seed)] == []
+    jobs = seed.run(SQLiteJobs(seed.store).list_jobs("acme", None, 10))
+    assert [(j.space, j.forgets) for j in jobs] == [("work", True), ("personal", False)]
+
+
 def test_what_is_not_queued(fake, memory_proxy, script):
     server, seed = memory_proxy(extraction_workers=0, ignore_patterns=["^heartbeat$"])
     jobs = SQLiteJobs(seed.store)

@@ -36,6 +36,30 @@ def test_one_scope_is_claimed_in_order_and_one_at_a_time(jobs, run):
     assert done.status == "done" and done.payload is None and done.result == {"ok": True}
 
 
+def test_a_forget_waits_for_every_earlier_job_of_its_tenant(jobs, run):
+    """A job holding "forget my locker code" (write space work, reading personal) must not
+    run while an earlier exchange's job in personal, which would store the code, still
+    waits. Jobs queued after it, and other tenants' jobs, are not held back."""
+    run(jobs.enqueue("acme", "personal", {"n": 0}, job_id="fact"))
+    run(jobs.enqueue("acme", "personal", {"n": 1}, job_id="fact2", max_attempts=1))
+    forget = run(jobs.enqueue("acme", "work", {"n": 2}, job_id="forget", forgets=True))
+    assert forget.forgets is True and run(jobs.get_job("acme", "fact")).forgets is False
+    run(jobs.enqueue("acme", "notes", {"n": 3}, job_id="later"))
+    run(jobs.enqueue("other", "work", {"n": 0}, job_id="other", forgets=True))
+    run(jobs.enqueue("acme", "work", {"n": 4}, job_id="after"))
+    first = [run(jobs.claim(f"w{i}", 30)) for i in range(4)]
+    assert [j.id if j else None for j in first] == ["fact", "later", "other", None]
+    run(jobs.complete("fact", "w0", {}))
+    assert run(jobs.claim("w4", 30)).id == "fact2"  # queued before the forget
+    assert run(jobs.claim("w5", 30)) is None  # the forget waits for it while it runs
+    assert run(jobs.fail("fact2", "w4", "boom", retry_in=0)).status == "dead"
+    # Dead, it no longer holds the forget back; `later`, still leased, never did.
+    assert run(jobs.claim("w5", 30)).id == "forget"
+    assert run(jobs.claim("w6", 30)) is None  # `after` follows the forget in its scope
+    run(jobs.complete("forget", "w5", {}))
+    assert run(jobs.claim("w6", 30)).id == "after"
+
+
 def test_expired_lease_is_claimed_again(jobs, run):
     run(jobs.enqueue("acme", "default", {}, job_id="j"))
     assert run(jobs.claim("dead-worker", 0.1)).id == "j"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from extraction import reconcile
 from extraction.facts import Fact
 from extraction.reconcile import Reconciler
 
@@ -170,6 +171,34 @@ def test_forget_request_reaches_every_readable_space(store, run):
     assert [(o.action, o.spaces) for o in outcomes] == [("forgotten", {code.id: "personal"})]
     events = [e for e in run(store.events("acme")) if e.action == "forgotten"]
     assert [e.space for e in events] == ["personal"]
+
+
+def test_forget_request_reaches_every_match_however_it_ranks(store, run, monkeypatch):
+    """A large tenant: every memory holding all the request's words goes, not only the
+    FORGET_MAX best recalled; memories missing a word, or in a space the request
+    cannot read, stay. Small pages, so the sweep pages while it forgets."""
+    monkeypatch.setattr(reconcile, "FORGET_PAGE", 4)
+    reconciler = Reconciler(store, None)
+    codes = [f"The user's locker code at gym {n} is {4000 + n}" for n in range(18)]
+    mine = run(store.add_many("acme", "personal", [NewMemory(c) for c in codes]))
+    codes = ["For work: the office locker codes change monthly, this month 8812"]
+    mine += run(store.add_many("acme", "work", [NewMemory(c) for c in codes]))
+    kept = ["The user's locker is blue", "The user's door code is 1234"]
+    kept += [f"The user likes hiking trail number {n}" for n in range(30)]
+    kept = run(store.add_many("acme", "personal", [NewMemory(c) for c in kept]))
+    elsewhere = run(store.add("acme", "gym", NewMemory("The user's locker code at gym 99 is 1")))
+    other = run(store.add("globex", "personal", NewMemory("The user's locker code is 5")))
+    outcomes = run(
+        reconciler.forget_request("acme", ["work", "personal"], "my locker code", None, "j")
+    )
+    assert sorted(o.old_ids[0] for o in outcomes if o.action == "forgotten") == sorted(
+        m.id for m in mine
+    )
+    for memory in mine:
+        assert run(store.get("acme", memory.id)).status == "forgotten"
+    for memory in [*kept, elsewhere]:
+        assert run(store.get("acme", memory.id)).status == "active"
+    assert run(store.get("globex", other.id)).status == "active"
 
 
 def test_update_in_another_readable_space_supersedes_there(store, run):

@@ -1,11 +1,14 @@
 """The extraction queue in Postgres, shared by every replica.
 
 Same contract as the SQLite queue (`memory_core.jobs`): leases that run out, strict
-order within a tenant and space, backoff, dead letters, payloads cleared when done.
-Across replicas, a claim first takes a transaction-scoped advisory lock on the job's
-tenant and space, then re-checks (fresh snapshot) that the job is still the head of
-its scope with nothing leased, and locks the row with FOR UPDATE SKIP LOCKED. Two
-replicas can therefore never hold two jobs of one scope, nor take one out of order.
+order within a tenant and space (a forget job after every earlier job of its tenant),
+backoff, dead letters, payloads cleared when done. Across replicas, a claim first takes
+a transaction-scoped advisory lock on the job's tenant and space, then re-checks (fresh
+snapshot) that the job is still the head of its scope with nothing leased, and locks
+the row with FOR UPDATE SKIP LOCKED. Two replicas can therefore never hold two jobs of
+one scope, nor take one out of order. A forget job's wait needs no lock of its own:
+what holds it back (earlier jobs pending or leased) only ends, never starts anew
+(an operator's retry of a dead job aside).
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ class PostgresJobs:
         payload: dict[str, Any],
         job_id: str | None = None,
         max_attempts: int = 5,
+        *,
+        forgets: bool = False,
     ) -> Job:
         """Add a job; enqueuing the same id twice keeps the first (idempotent)."""
         validate_id(tenant, "tenant")
@@ -60,9 +65,10 @@ class PostgresJobs:
         async with self.store.connection() as conn:
             await conn.execute(
                 "INSERT INTO jobs (id, tenant, space, status, payload, max_attempts,"
-                " available_at, created_at, updated_at)"
-                " VALUES (%s, %s, %s, 'pending', %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
-                (job_id, tenant, space, Jsonb(payload), max_attempts, now, now, now),
+                " available_at, created_at, updated_at, forgets)"
+                " VALUES (%s, %s, %s, 'pending', %s, %s, %s, %s, %s, %s)"
+                " ON CONFLICT (id) DO NOTHING",
+                (job_id, tenant, space, Jsonb(payload), max_attempts, now, now, now, forgets),
             )
         return await self._get(job_id)
 
@@ -169,6 +175,8 @@ class PostgresJobs:
         max_attempts: int,
         digest: str | None,
         dedup_since: float,
+        *,
+        forgets: bool = False,
     ) -> Job | None:
         """A draft job, unless the same content was queued in this scope since
         `dedup_since` (None). Replicas serialise on an advisory lock per content."""
@@ -188,10 +196,21 @@ class PostgresJobs:
                     return None
             cursor = await conn.execute(
                 "INSERT INTO jobs (id, tenant, space, status, payload, max_attempts,"
-                " available_at, created_at, updated_at, draft, content_hash)"
-                " VALUES (%s, %s, %s, 'pending', %s, %s, %s, %s, %s, true, %s)"
+                " available_at, created_at, updated_at, draft, content_hash, forgets)"
+                " VALUES (%s, %s, %s, 'pending', %s, %s, %s, %s, %s, true, %s, %s)"
                 f" RETURNING {JOB_COLUMNS}",
-                (job_id, tenant, space, Jsonb(payload), max_attempts, now, now, now, digest),
+                (
+                    job_id,
+                    tenant,
+                    space,
+                    Jsonb(payload),
+                    max_attempts,
+                    now,
+                    now,
+                    now,
+                    digest,
+                    forgets,
+                ),
             )
             return job_from_row(await cursor.fetchone())
 

@@ -132,7 +132,16 @@ def _v5(dim: int) -> list[str]:
     ]
 
 
-MIGRATIONS = [_v1, _v2, _v3, _v4, _v5]
+def _v6(dim: int) -> list[str]:
+    """Jobs holding a forget request wait for their tenant's earlier jobs in every space
+    (memory_core/jobs.py); the index finds those without reading other tenants' jobs."""
+    return [
+        "ALTER TABLE jobs ADD COLUMN forgets boolean NOT NULL DEFAULT false",
+        "CREATE INDEX jobs_tenant_order ON jobs (tenant, status, seq)",
+    ]
+
+
+MIGRATIONS = [_v1, _v2, _v3, _v4, _v5, _v6]
 
 
 async def migrate(conn: AsyncConnection, embedder_name: str, dim: int) -> int:

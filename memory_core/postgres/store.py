@@ -44,7 +44,7 @@ from memory_core.rows import (
 )
 from memory_core.standing_rules import Candidates, StandingPolicy, with_standing_rules
 from memory_core.store import ImportResult, ListQuery, Page
-from memory_core.store_base import EmbeddingStore, import_texts, recall_input
+from memory_core.store_base import EmbeddingStore, import_texts, match_input, recall_input
 
 TEXT_KEY = "text_bm25"  # BM25 with the tenant's own statistics, as on SQLite (text_stats.py)
 
@@ -261,6 +261,26 @@ class PostgresStore(EmbeddingStore):
         if query.standing is None:
             return results
         return await with_standing_rules(self, query, results, query.standing)
+
+    async def text_matches(
+        self, tenant: str, spaces: list[str], words: list[str], after: int = 0, limit: int = 500
+    ) -> tuple[list[Memory], int | None]:
+        """Every active memory of `spaces` whose `tsv` holds all `words` (the English
+        configuration's lexemes, through the GIN index), a page at a time; the cursor is
+        `seq`. A page re-reads the matches' bitmap, so a sweep costs about matches x
+        pages: in proportion to the memories holding the words, not to the tenant."""
+        terms = match_input(tenant, spaces, words)
+        if not terms:
+            return [], None
+        rows = await self.fetch(
+            f"SELECT seq, {MEMORY_COLUMNS} FROM memories WHERE tenant = %s AND status = 'active'"
+            " AND space = ANY(%s) AND (expires_at IS NULL OR expires_at > %s)"
+            f" AND tsv @@ plainto_tsquery('{pg_lifecycle.TEXT_CONFIG}', %s) AND seq > %s"
+            " ORDER BY seq LIMIT %s",
+            (tenant, list(spaces), time.time(), " ".join(terms), after, limit),
+        )
+        cursor = rows[-1][0] if len(rows) == limit else None
+        return [memory_from_row(row[1:]) for row in rows], cursor
 
     async def standing_candidates(
         self,

@@ -23,11 +23,13 @@ class SQLiteJobs:
         payload: dict[str, Any],
         job_id: str | None = None,
         max_attempts: int = 5,
+        *,
+        forgets: bool = False,
     ) -> Job:
         validate_id(tenant, "tenant")
         validate_id(space, "space")
         return await self.store.run_write(
-            lambda c: jobs.enqueue(c, tenant, space, payload, job_id, max_attempts)
+            lambda c: jobs.enqueue(c, tenant, space, payload, job_id, max_attempts, forgets)
         )
 
     async def claim(self, owner: str, lease_seconds: float) -> Job | None:
@@ -57,12 +59,14 @@ class SQLiteJobs:
         max_attempts: int,
         digest: str | None,
         dedup_since: float,
+        *,
+        forgets: bool = False,
     ) -> Job | None:
         validate_id(tenant, "tenant")
         validate_id(space, "space")
         return await self.store.run_write(
             lambda c: jobs.reserve(
-                c, tenant, space, payload, job_id, max_attempts, digest, dedup_since
+                c, tenant, space, payload, job_id, max_attempts, digest, dedup_since, forgets
             )
         )
 

@@ -116,7 +116,16 @@ def _v5(dim: int) -> list[Step]:
     return [*text_index.TABLES, text_index.index_all]
 
 
-MIGRATIONS: list[Callable[[int], Sequence[Step]]] = [_v1, _v2, _v3, _v4, _v5]
+def _v6(dim: int) -> list[str]:
+    """Jobs holding a forget request wait for their tenant's earlier jobs in every space
+    (memory_core/jobs.py); the index finds those without reading other tenants' jobs."""
+    return [
+        "ALTER TABLE jobs ADD COLUMN forgets INTEGER NOT NULL DEFAULT 0",
+        "CREATE INDEX jobs_tenant_order ON jobs (tenant, status, seq)",
+    ]
+
+
+MIGRATIONS: list[Callable[[int], Sequence[Step]]] = [_v1, _v2, _v3, _v4, _v5, _v6]
 
 
 def migrate(conn: Connection, embedder_name: str, dim: int) -> int:

@@ -47,6 +47,7 @@ from memory_core.sqlite.standing import KINDS as STANDING
 from memory_core.sqlite.standing import found as standing_found
 from memory_core.sqlite.standing import standing_candidates
 from memory_core.sqlite.tenant_bm25 import TermHits
+from memory_core.sqlite.text_match import matching_docs
 from memory_core.sqlite.threads import ConnectionThreads, transaction
 from memory_core.sqlite.vector_cache import VectorCache
 from memory_core.sqlite.vector_snapshot import SnapshotDir
@@ -58,7 +59,7 @@ from memory_core.standing_rules import (
     wanted_rules,
 )
 from memory_core.store import ImportResult, ListQuery, Page
-from memory_core.store_base import EmbeddingStore, import_texts, recall_input
+from memory_core.store_base import EmbeddingStore, import_texts, match_input, recall_input
 
 log = logging.getLogger("memrelay.memory")
 
@@ -367,6 +368,24 @@ class SQLiteStore(EmbeddingStore):
             return merge(results, found, query.top_k, policy)
 
         return await self.run_read(search)
+
+    async def text_matches(
+        self, tenant: str, spaces: list[str], words: list[str], after: int = 0, limit: int = 500
+    ) -> tuple[list[Memory], int | None]:
+        """Every active memory of `spaces` holding all `words`, a page at a time
+        (memory_core/sqlite/text_match.py); the cursor is a row id."""
+        terms = match_input(tenant, spaces, words)
+        if not terms:
+            return [], None
+        query = RecallQuery(tenant, list(spaces), " ".join(terms))
+
+        def read(conn: Connection) -> tuple[list[Memory], int | None]:
+            docs = matching_docs(conn, tenant, spaces, terms, after, limit)
+            found = load_active(conn, query, docs, time.time())
+            cursor = docs[-1] if len(docs) == limit else None
+            return [found[doc] for doc in docs if doc in found], cursor
+
+        return await self.run_read(read)
 
     async def standing_candidates(
         self,

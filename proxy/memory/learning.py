@@ -17,6 +17,7 @@ import re
 import time
 from typing import Any
 
+from extraction.commands import asks_to_forget
 from extraction.worker import ChatActivity, ExtractionWorkers
 from memory_core.injection import scrub
 from memory_core.jobs import JobQueue, content_hash
@@ -141,6 +142,8 @@ class ExtractionInterceptor:
                 self.settings.extraction_max_attempts,
                 digest,
                 time.time() - self.settings.extraction_dedup_seconds,
+                # a forget waits for the tenant's earlier jobs (memory_core/jobs.py)
+                forgets=asks_to_forget(user),
             )
         except Exception as exc:
             self._skip(ctx, f"the job could not be written: {type(exc).__name__}: {exc}", "error")
