@@ -151,15 +151,13 @@ def create_app(
             await upstream.aclose()
 
     app = Starlette(
-        # The chat routes first: Starlette tries routes in order (a regex each, ~1 us), and
-        # no other route serves their paths (the others are under /memrelay/ or /metrics).
         routes=[
-            Route("/v1/chat/completions", chat, methods=["POST"]),
-            Route("/chat/completions", chat, methods=["POST"]),  # a base_url without /v1
-            Route("/v1/responses", responses, methods=["POST"]),
             Route("/memrelay/healthz", healthz, methods=["GET"]),
             Route("/memrelay/readyz", readyz, methods=["GET"]),
             *(routes or []),
+            Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/chat/completions", chat, methods=["POST"]),  # a base_url without /v1
+            Route("/v1/responses", responses, methods=["POST"]),
             ForwardedRoute(passthrough),
         ],
         lifespan=lifespan,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import zlib
 from collections.abc import Callable
 
+import anyio
 import httpx
 
 from proxy.relay.asgi import Send
@@ -30,19 +30,14 @@ async def relay_response(
     """
     headers = response_headers_for_client(response.headers.raw) + extra_headers
     await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
-    # asyncio's timeout on the loop clock (anyio.current_time() is that clock): a quarter
-    # of the cost of an anyio CancelScope per request.
-    timeout = asyncio.timeout_at(deadline)
-    try:
-        async with timeout:
-            async for chunk in response.aiter_raw():
-                if tap is not None:
-                    tap(chunk)
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-    except TimeoutError:
-        if not timeout.expired():
-            raise
-        raise TimeoutError("the exchange passed the total timeout mid-stream") from None
+    scope = anyio.CancelScope(deadline=deadline if deadline is not None else float("inf"))
+    with scope:
+        async for chunk in response.aiter_raw():
+            if tap is not None:
+                tap(chunk)
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    if scope.cancelled_caught:
+        raise TimeoutError("the exchange passed the total timeout mid-stream")
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
