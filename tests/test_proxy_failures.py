@@ -185,3 +185,44 @@ def test_client_disconnect_reaches_upstream_within_a_second(fake, proxy, case):
     closed_at = _disconnect_after(proxy.url, body, None, read_some=case == "mid_stream")
     assert fake.disconnected.wait(1.0), "the upstream never saw the client go away"
     assert fake.disconnected_at is not None and fake.disconnected_at - closed_at < 1.0
+
+
+def test_total_timeout_cuts_a_stream_mid_way(fake, make_proxy):
+    """Past `total_timeout` the client connection is aborted, so a cut answer never
+    looks complete (no final empty chunk, no [DONE])."""
+    proxy = make_proxy(total_timeout=0.6)
+    chunks = [chat_chunk({"role": "assistant", "content": "partial"})]
+    chunks += [chat_chunk({"content": "."}) for _ in range(40)] + [b"data: [DONE]\n\n"]
+    fake.script.append(Reply.sse(chunks, delay=0.05))
+    received = bytearray()
+    started = time.monotonic()
+    with pytest.raises(httpx.HTTPError):
+        with httpx.stream(
+            "POST",
+            proxy.url + "/v1/chat/completions",
+            json={"model": "m", "messages": [], "stream": True},
+        ) as response:
+            assert response.status_code == 200
+            for chunk in response.iter_raw():
+                received.extend(chunk)
+    assert b"partial" in received and b"[DONE]" not in received
+    assert 0.5 < time.monotonic() - started < 1.5
+
+
+def test_client_gone_mid_upload_leaves_nothing_running(fake, proxy):
+    """The chat handler reads the body itself: a client that leaves half way through its
+    upload ends the request (nothing goes upstream) and the proxy serves the next one."""
+    host, port = proxy.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+            b'{"model": "m", "messages": ['
+        )
+        time.sleep(0.2)
+    time.sleep(0.2)
+    response = httpx.post(
+        proxy.url + "/v1/chat/completions", json={"model": "m", "messages": []}, timeout=3
+    )
+    assert response.status_code == 200
+    assert len(fake.chat_requests()) == 1

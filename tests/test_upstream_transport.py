@@ -356,6 +356,30 @@ def test_a_silent_upstream_is_a_504_at_the_first_byte_timeout(
     assert "did not answer in time" in response.json()["error"]["message"]
 
 
+def test_a_head_trickled_past_the_first_byte_timeout_is_a_504(
+    up: RawUpstream, start_relay: Callable[..., ServedApp], transport: str, client: httpx.Client
+) -> None:
+    """A byte of response head every 0.1 s never trips a per-read timeout; the first-byte
+    timeout still caps the wait for the whole head."""
+
+    async def trickle(reader: Any, writer: asyncio.StreamWriter, req: Any) -> bool:
+        try:
+            for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 60:
+                writer.write(bytes([byte]))
+                await writer.drain()
+                await asyncio.sleep(0.1)
+        except OSError:
+            pass
+        return False
+
+    up.script.append(trickle)
+    relay = start_relay(transport, first_byte_timeout=0.5)
+    started = time.monotonic()
+    response = client.post(relay.url + "/v1/chat/completions", json=CHAT)
+    assert _error(response) == (504, "upstream_timeout")
+    assert time.monotonic() - started < 2.5
+
+
 def test_a_stream_that_stalls_past_the_read_timeout_is_cut_for_the_client(
     up: RawUpstream, start_relay: Callable[..., ServedApp], transport: str, client: httpx.Client
 ) -> None:

@@ -1,9 +1,13 @@
 """The client side of a proxied request: its body, and noticing when it goes away.
 
-One pump task owns `receive()`: it hands request body chunks to the handler through a
-small bounded stream (back-pressure for large uploads) and, once the body is complete,
-keeps listening so that an `http.disconnect` cancels the handler, and with it the
-upstream request, at once: before the first byte, mid-stream, or for a plain JSON answer.
+A handler that needs the whole body first (chat completions) reads it straight from
+`receive()` (`read_body`): no task and no stream between the socket and the handler, so
+nothing waits an event-loop turn per chunk. A handler that streams the body on (pass
+through) gets it from a pump task through a small bounded stream (back-pressure for
+large uploads). Either way, once the body is complete a pump task keeps listening, so
+that an `http.disconnect` cancels the handler, and with it the upstream request, at
+once: while the body arrives, before the first byte, mid-stream, or for a plain JSON
+answer.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
+import anyio.lowlevel
+from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from proxy.relay.asgi import Receive
@@ -25,20 +31,26 @@ class Downstream:
 
     def __init__(self, receive: Receive) -> None:
         self._receive = receive
-        send: MemoryObjectSendStream[bytes]
-        recv: MemoryObjectReceiveStream[bytes]
-        send, recv = anyio.create_memory_object_stream[bytes](4)
-        self._body_send = send
-        self._body_recv = recv
+        self._group: TaskGroup | None = None
+        self._body_send: MemoryObjectSendStream[bytes] | None = None
+        self._body_recv: MemoryObjectReceiveStream[bytes] | None = None
         self.disconnected = False
 
-    async def _pump(self, scope: anyio.CancelScope) -> None:
-        body_open = True
+    def _start_pump(self, body: bool) -> None:
+        """The pump: body chunks into the stream (if `body`), then the watch for a disconnect."""
+        assert self._group is not None, "Downstream.run is not running"
+        if body:
+            send, recv = anyio.create_memory_object_stream[bytes](4)
+            self._body_send, self._body_recv = send, recv
+        self._group.start_soon(self._pump, self._group.cancel_scope, body)
+
+    async def _pump(self, scope: anyio.CancelScope, body_open: bool) -> None:
         try:
             while True:
                 message = await self._receive()
                 kind = message.get("type")
                 if kind == "http.request" and body_open:
+                    assert self._body_send is not None
                     chunk = message.get("body", b"")
                     if chunk:
                         await self._body_send.send(chunk)
@@ -50,23 +62,42 @@ class Downstream:
                     scope.cancel()
                     return
         finally:
-            self._body_send.close()
+            if self._body_send is not None:
+                self._body_send.close()
 
     async def body_chunks(self) -> AsyncIterator[bytes]:
-        """The request body as it arrives."""
+        """The request body as it arrives (through the pump)."""
+        if self._body_recv is None:
+            self._start_pump(body=True)
+        assert self._body_recv is not None
         async for chunk in self._body_recv:
             yield chunk
 
     async def read_body(self, limit: int) -> bytes:
-        """The whole body, or BodyTooLarge once it passes `limit` bytes."""
+        """The whole body, read straight from `receive()`, or BodyTooLarge once it passes
+        `limit` bytes. A disconnect meanwhile cancels the handler, as the pump would."""
+        assert self._group is not None and self._body_recv is None, "read_body reads first"
         parts: list[bytes] = []
         size = 0
-        async for chunk in self.body_chunks():
-            size += len(chunk)
-            if size > limit:
-                raise BodyTooLarge(size)
-            parts.append(chunk)
-        return b"".join(parts)
+        while True:
+            message = await self._receive()
+            kind = message.get("type")
+            if kind == "http.disconnect":
+                self.disconnected = True
+                self._group.cancel_scope.cancel()
+                await anyio.lowlevel.checkpoint()  # raises: the scope is cancelled
+            if kind != "http.request":
+                continue
+            chunk = message.get("body", b"")
+            if chunk:
+                size += len(chunk)
+                if size > limit:
+                    raise BodyTooLarge(size)
+                parts.append(chunk)
+            if not message.get("more_body", False):
+                break
+        self._start_pump(body=False)  # from now on, only a disconnect can arrive
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def read_prefix(self, limit: int) -> tuple[bytes, bool]:
         """Up to about `limit` bytes of body, and whether that was the whole body."""
@@ -83,12 +114,16 @@ class Downstream:
         """The body from `prefix` on, as a stream for the upstream client."""
         if prefix:
             yield prefix
-        async for chunk in self._body_recv:
+        async for chunk in self.body_chunks():
             yield chunk
 
     async def run(self, handler: Callable[[], Awaitable[None]]) -> None:
-        """Run `handler` until it returns or the client disconnects, whichever is first."""
+        """Run `handler` until it returns or the client disconnects, whichever is first.
+        The handler reads the body with `read_body` or through `body_chunks`."""
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self._pump, tg.cancel_scope)
-            await handler()
+            self._group = tg
+            try:
+                await handler()
+            finally:
+                self._group = None
             tg.cancel_scope.cancel()

@@ -10,7 +10,9 @@ honours Retry-After up to a cap.
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
+import random
 import time
 from collections.abc import AsyncIterable
 from datetime import UTC, datetime
@@ -30,6 +32,9 @@ from proxy.relay.aiohttp_transport import RelayAiohttpTransport
 from proxy.settings import Settings
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
+# Parsed upstream URLs kept per process (httpx parses a URL string in ~20 us); bounded,
+# since pass-through paths may carry ids.
+URL_CACHE_SIZE = 64
 
 
 class UpstreamError(Exception):
@@ -40,12 +45,6 @@ class UpstreamError(Exception):
         self.status = status
         self.message = message
         self.code = code
-
-
-class _RetryableStatus(Exception):
-    def __init__(self, retry_after: float | None) -> None:
-        super().__init__(f"retryable upstream status (retry after {retry_after})")
-        self.retry_after = retry_after
 
 
 def upstream_root(url: str) -> str:
@@ -80,6 +79,34 @@ def retry_after_seconds(headers: httpx.Headers, now: float | None = None) -> flo
     return max(0.0, (when - now_dt).total_seconds())
 
 
+class _NoCookies(httpx.Cookies):
+    """A jar that stays empty, and is never asked to: httpx would otherwise copy every
+    response into urllib's cookie model only for the jar's policy to refuse it."""
+
+    def __init__(self) -> None:
+        super().__init__(CookieJar(DefaultCookiePolicy(allowed_domains=[])))  # accepts none
+
+    def extract_cookies(self, response: httpx.Response) -> None:
+        return None
+
+    def set_cookie_header(self, request: httpx.Request) -> None:
+        return None
+
+
+class _RelayClient(httpx.AsyncClient):
+    """httpx's client with no cookie jar to fill (see build_client)."""
+
+    _no_cookies = _NoCookies()
+
+    @property  # type: ignore[override]
+    def cookies(self) -> httpx.Cookies:
+        return self._no_cookies
+
+    @cookies.setter
+    def cookies(self, cookies: object) -> None:
+        return None  # httpx sets its jar at construction: this client keeps none
+
+
 def build_client(settings: Settings) -> httpx.AsyncClient:
     """The shared upstream client: httpx's API over the configured HTTP/1.1 engine.
 
@@ -101,13 +128,12 @@ def build_client(settings: Settings) -> httpx.AsyncClient:
     transport = None
     if settings.upstream_transport == "aiohttp":
         transport = RelayAiohttpTransport(limits)
-    return httpx.AsyncClient(
+    return _RelayClient(
         timeout=timeout,
         limits=limits,
         transport=transport,
         follow_redirects=False,
         trust_env=False,
-        cookies=CookieJar(DefaultCookiePolicy(allowed_domains=[])),  # accepts none
     )
 
 
@@ -120,6 +146,7 @@ class Upstream:
         self.settings = settings
         self.root = upstream_root(settings.upstream_url)
         self.client = client or build_client(settings)
+        self._urls: dict[str, httpx.URL] = {}
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -129,6 +156,16 @@ class Upstream:
         if query:
             url += "?" + query.decode("latin-1")
         return url
+
+    def _target(self, path: str, query: bytes) -> httpx.URL:
+        """`url(path, query)` parsed, from the cache when it is there."""
+        url = self.url(path, query)
+        parsed = self._urls.get(url)
+        if parsed is None:
+            parsed = httpx.URL(url)
+            if len(self._urls) < URL_CACHE_SIZE:
+                self._urls[url] = parsed
+        return parsed
 
     async def open(
         self,
@@ -146,25 +183,30 @@ class Upstream:
         retryable = content is None or isinstance(content, bytes)
         attempts = self.settings.retries + 1 if retryable else 1
         request = self.client.build_request(
-            method, self.url(path, query), headers=headers, content=content
-        )
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(attempts),
-            wait=self._wait,
-            retry=retry_if_exception_type((httpx.ConnectError, _RetryableStatus)),
-            reraise=True,
+            method, self._target(path, query), headers=headers, content=content
         )
         try:
+            try:  # the first attempt without retry machinery (tenacity's costs ~50 us)
+                return await self._attempt(request, last=attempts == 1)
+            except _RetryableStatus as failure:
+                await anyio.sleep(
+                    failure.retry_after if failure.retry_after is not None else first_backoff()
+                )
+            except httpx.ConnectError:
+                if attempts == 1:
+                    raise
+                await anyio.sleep(first_backoff())
+            retrying = AsyncRetrying(  # attempts 2..N; tenacity counts them from 1
+                stop=stop_after_attempt(attempts - 1),
+                wait=self._wait,
+                retry=retry_if_exception_type((httpx.ConnectError, _RetryableStatus)),
+                reraise=True,
+            )
             async for attempt in retrying:
                 with attempt:
-                    response = await self._send(request)
-                    last = attempt.retry_state.attempt_number >= attempts
-                    if response.status_code in RETRY_STATUSES and not last:
-                        wait = retry_after_seconds(response.headers)
-                        if wait is None or wait <= self.settings.retry_max_wait:
-                            await response.aclose()
-                            raise _RetryableStatus(wait)
-                    return response
+                    last = attempt.retry_state.attempt_number >= attempts - 1
+                    return await self._attempt(request, last=last)
+            raise AssertionError("unreachable")  # pragma: no cover (reraise=True)
         except httpx.ConnectTimeout as exc:
             raise UpstreamError(
                 504, f"timed out connecting to the upstream: {exc}", "upstream_timeout"
@@ -182,17 +224,43 @@ class Upstream:
             raise UpstreamError(
                 502, f"could not reach the upstream: {exc}", "upstream_unreachable"
             ) from exc
-        raise AssertionError("unreachable")  # pragma: no cover
 
     async def _send(self, request: httpx.Request) -> httpx.Response:
+        # asyncio's timeout, not anyio's fail_after: a fifth of the cost per request, and
+        # the handler is asyncio-only anyway (uvicorn).
         try:
-            with anyio.fail_after(self.settings.first_byte_timeout):
+            async with asyncio.timeout(self.settings.first_byte_timeout):
                 return await self.client.send(request, stream=True)
         except TimeoutError as exc:
             raise httpx.ReadTimeout("no response before the first-byte timeout") from exc
 
+    async def _attempt(self, request: httpx.Request, last: bool) -> httpx.Response:
+        """One attempt; a retryable status raises _RetryableStatus unless it is the last
+        attempt or the upstream asks for a wait longer than `retry_max_wait`."""
+        response = await self._send(request)
+        if response.status_code in RETRY_STATUSES and not last:
+            wait = retry_after_seconds(response.headers)
+            if wait is None or wait <= self.settings.retry_max_wait:
+                await response.aclose()
+                raise _RetryableStatus(wait)
+        return response
+
     def _wait(self, state: RetryCallState) -> float:
+        """Before tenacity's attempt n (our n + 1): Retry-After, or the backoff after our
+        attempt n (doubled multiplier: tenacity's count starts one later)."""
         exc = state.outcome.exception() if state.outcome else None
         if isinstance(exc, _RetryableStatus) and exc.retry_after is not None:
             return exc.retry_after
-        return wait_random_exponential(multiplier=0.25, max=4)(state)
+        return float(wait_random_exponential(multiplier=0.5, max=4)(state))
+
+
+class _RetryableStatus(Exception):
+    def __init__(self, retry_after: float | None) -> None:
+        super().__init__(f"retryable upstream status (retry after {retry_after})")
+        self.retry_after = retry_after
+
+
+def first_backoff() -> float:
+    """The jittered wait after a failed first attempt: uniform in [0, 0.25] s, as
+    tenacity's wait_random_exponential(multiplier=0.25) gives for attempt 1."""
+    return random.uniform(0, 0.25)
