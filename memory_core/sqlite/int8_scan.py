@@ -11,7 +11,7 @@ The answer stays exact: each int8 score comes with a bound on its error
 (|q.v - q'.v'| <= |q - q'| |v| + |q'| |v - v'|, every norm stored or computed), the k
 best int8 candidates are scored in float32 to get a threshold, and every row whose
 int8 score plus its bound reaches that threshold is scored in float32 too. Only rows
-that cannot be in the top k are left unscored (`vector_cache._top_bounded`).
+that cannot be in the top k are left unscored (`vector_view._top_bounded`).
 
 Layout: columns of blocks (dimension x BLOCK, int8), as the product wants the stored
 side contiguous and column-major; a new block is appended when one fills, so growing

@@ -13,7 +13,8 @@ and ~70 ms for a million 384-float vectors on this machine) is preceded by a sig
 per dimension, Hamming distance over 48 bytes a vector, then the closest candidates
 are scored exactly. Smaller tenants are always scanned exactly; from INT8_FROM vectors
 through an int8 copy with error bounds (memory_core/sqlite/int8_scan.py: a quarter of
-the bytes, same answer).
+the bytes, same answer). A search holds the tenant's lock only to bring the copy up to
+date and take a view of it (memory_core/sqlite/vector_view.py); the scan runs unlocked.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from collections import OrderedDict
 import numpy as np
 
 from memory_core.sqlite.db import Connection
-from memory_core.sqlite.int8_scan import Int8Scan, Scored
+from memory_core.sqlite.int8_scan import Int8Scan
 from memory_core.sqlite.vector_snapshot import SNAPSHOT_FROM, Snapshot, SnapshotDir
+from memory_core.sqlite.vector_view import VectorView, sign_bits
 
 PREFILTER_FROM = 65_536  # vectors in a tenant before the sign-bit pass is used
 PREFILTER_CANDIDATES = 4_000  # rescored exactly (at least 100 per result asked for)
@@ -166,152 +168,44 @@ class TenantVectors:
             self._position.update((int(r), start + i) for i, r in enumerate(rowids))
         self.size = end
 
+    def view(self) -> VectorView:
+        """The rows as they are now, to search without holding the lock: arrays are
+        replaced, never shrunk in place, when they grow or compact; rows past the view's
+        `n` are not read; a row changed during a search is read old or new (its memory
+        still passes the SQL guard). Call under `lock`: it may build the int8 copy."""
+        n = self.size
+        int8 = None
+        if INT8_FROM <= n < PREFILTER_FROM:
+            if self.int8 is None:
+                self.int8 = Int8Scan(self.dim)
+                self.int8.set(0, self.vectors[:n])
+            int8 = self.int8
+        return VectorView(
+            n,
+            self.vectors,
+            self.rowids,
+            self.spaces,
+            self.kinds,
+            self.alive,
+            self.bits,
+            self.codes,
+            int8,
+            PREFILTER_FROM,
+            PREFILTER_CANDIDATES,
+        )
+
     def search(
         self, vector: np.ndarray, spaces: list[str], kinds: list[str] | None, k: int
     ) -> list[tuple[int, float]]:
-        n = self.size
-        if n == 0:
-            return []
-        wanted = [self.codes[s] for s in spaces if s in self.codes]
-        if not wanted:
-            return []
-        mask = self.alive[:n] & self._lookup(wanted)[self.spaces[:n]]
-        if kinds:
-            mask &= self._lookup([self.codes.get(c, -1) for c in kinds])[self.kinds[:n]]
-        k = min(k, int(np.count_nonzero(mask)))
-        if k <= 0:
-            return []
-        query = vector.astype(np.float32)
-        if n < PREFILTER_FROM:
-            return self._exact(query, [(mask, k)])[0]
-        rows = self._prefilter(query, mask, max(PREFILTER_CANDIDATES, 100 * k))
-        scores = self.vectors[rows] @ query
-        return _top(scores, np.ones(len(rows), dtype=bool), self.rowids[rows], k)
+        return self.view().search(vector, spaces, kinds, k)
 
     def search_with_kinds(
-        self,
-        vector: np.ndarray,
-        spaces: list[str],
-        k: int,
-        kinds: list[str],
-        kinds_k: int,
+        self, vector: np.ndarray, spaces: list[str], k: int, kinds: list[str], kinds_k: int
     ) -> tuple[list[tuple[int, float]], list[tuple[int, float]], int]:
-        """`search(vector, spaces, None, k)`, plus the `kinds_k` nearest rows of `kinds`
-        in those spaces and how many such rows there are, from ONE scan of a small
-        tenant (standing rules beside the hybrid recall: a second scan, or a copy of the
-        kinds' rows, cost more than the recall's own scan). Large tenants, where both use
-        the sign-bit prefilter, get two prefiltered passes."""
-        n = self.size
-        wanted = [self.codes[s] for s in spaces if s in self.codes]
-        if n == 0 or not wanted:
-            return [], [], 0
-        scope = self.alive[:n] & self._lookup(wanted)[self.spaces[:n]]
-        of_kinds = scope & self._lookup([self.codes.get(c, -1) for c in kinds])[self.kinds[:n]]
-        in_scope = int(np.count_nonzero(of_kinds))
-        if n >= PREFILTER_FROM:
-            return (
-                self.search(vector, spaces, None, k),
-                self.search(vector, spaces, kinds, kinds_k) if in_scope else [],
-                in_scope,
-            )
-        hits, rules = self._exact(vector.astype(np.float32), [(scope, k), (of_kinds, kinds_k)])
-        return hits, rules, in_scope
-
-    def _exact(
-        self, query: np.ndarray, wanted: list[tuple[np.ndarray, int]]
-    ) -> list[list[tuple[int, float]]]:
-        """The exact `k` nearest rows of each mask, from one scan of the whole copy."""
-        n = self.size
-        rowids = self.rowids[:n]
-        if n < INT8_FROM:
-            scores = self.vectors[:n] @ query
-            return [_top(scores, mask, rowids, k) for mask, k in wanted]
-        if self.int8 is None:
-            self.int8 = Int8Scan(self.dim)
-            self.int8.set(0, self.vectors[:n])
-        scored = self.int8.scores(query, n)
-        return [_top_bounded(scored, self.vectors, query, mask, rowids, k) for mask, k in wanted]
-
-    def _lookup(self, codes: list[int]) -> np.ndarray:
-        table = np.zeros(len(self.codes) + 1, dtype=bool)
-        table[[c for c in codes if c >= 0]] = True
-        return table
-
-    def _prefilter(self, query: np.ndarray, mask: np.ndarray, count: int) -> np.ndarray:
-        """Rows in `mask` whose sign bits are closest to the query's (Hamming)."""
-        n = self.size
-        distance = np.zeros(n, dtype=np.uint16)
-        scratch = np.empty(n, dtype=np.uint64)
-        for word, query_word in zip(self.bits, sign_bits(query[None, :])[0], strict=True):
-            np.bitwise_xor(word[:n], query_word, out=scratch)
-            distance += np.bitwise_count(scratch)
-        distance[~mask] = np.iinfo(np.uint16).max
-        count = min(count, int(np.count_nonzero(mask)))
-        rows = np.argpartition(distance, count - 1)[:count]
-        return rows[mask[rows]]
+        return self.view().search_with_kinds(vector, spaces, k, kinds, kinds_k)
 
 
 ARRAYS = ("vectors", "rowids", "spaces", "kinds", "alive")  # one row per vector
-
-
-def _top(
-    scores: np.ndarray, mask: np.ndarray, rowids: np.ndarray, k: int
-) -> list[tuple[int, float]]:
-    """The `k` best (rowid, score) among rows in `mask`, best first; ties go to the
-    smaller rowid, so the answer does not depend on where a row sits in the matrix."""
-    rows = np.flatnonzero(mask)  # selecting among many equal -inf is slow: leave them out
-    k = min(k, len(rows))
-    if k <= 0:
-        return []
-    scores = scores[rows]
-    threshold = np.partition(scores, len(scores) - k)[len(scores) - k]
-    top = np.flatnonzero(scores >= threshold)  # k rows, more only on a tie at the cut
-    top = top[np.lexsort((rowids[rows[top]], -scores[top]))][:k]
-    return [(int(rowids[rows[i]]), float(scores[i])) for i in top]
-
-
-def _top_bounded(
-    scored: Scored,
-    vectors: np.ndarray,
-    query: np.ndarray,
-    mask: np.ndarray,
-    rowids: np.ndarray,
-    k: int,
-) -> list[tuple[int, float]]:
-    """`_top` of the float32 scores, from int8 scores and their error bounds: the k best
-    int8 rows scored exactly give a threshold no top-k row is below; only rows whose int8
-    score plus bound reaches it can be in the top k, and those are scored exactly."""
-    rows = np.flatnonzero(mask)
-    k = min(k, len(rows))
-    if k <= 0:
-        return []
-    guess = scored.approx[rows]
-    first = _best(rows, guess, k)
-    threshold = float((vectors[first] @ query).min())
-    near = rows[guess >= threshold - scored.max_bound]  # then each row's own bound
-    candidates = near[scored.approx[near] + scored.bound(near) >= threshold]
-    exact = vectors[candidates] @ query
-    return _top(exact, np.ones(len(candidates), dtype=bool), rowids[candidates], k)
-
-
-def _best(rows: np.ndarray, guess: np.ndarray, k: int) -> np.ndarray:
-    """The `k` rows of highest `guess`. Selecting among all rows costs ~80 us at 10k; a
-    cut below the best score usually leaves a few hundred to select from."""
-    top = float(guess.max())
-    for drop in (0.1, 0.2, 0.4):
-        pool = np.flatnonzero(guess >= top - drop)
-        if len(pool) >= k:
-            return rows[pool[np.argpartition(guess[pool], len(pool) - k)[len(pool) - k :]]]
-    return rows[np.argpartition(guess, len(guess) - k)[len(guess) - k :]]
-
-
-def sign_bits(block: np.ndarray) -> np.ndarray:
-    """One bit per dimension (positive or not), packed into 64-bit words per row."""
-    packed = np.packbits(block > 0, axis=1)
-    pad = (-packed.shape[1]) % 8
-    if pad:
-        packed = np.pad(packed, ((0, 0), (0, pad)))
-    return packed.view(np.uint64)
 
 
 class VectorCache:
@@ -339,7 +233,8 @@ class VectorCache:
         every hit through the SQL guard, so no snapshot is shared with other searches."""
         vectors = self._current(conn, tenant)
         with vectors.lock:
-            return vectors.search(vector, spaces, kinds, k)
+            view = vectors.view()
+        return view.search(vector, spaces, kinds, k)  # the lock is not held while scanning
 
     def search_with_kinds(
         self,
@@ -354,7 +249,8 @@ class VectorCache:
         """`search` plus the nearest rows of `kinds` (TenantVectors.search_with_kinds)."""
         vectors = self._current(conn, tenant)
         with vectors.lock:
-            return vectors.search_with_kinds(vector, spaces, k, kinds, kinds_k)
+            view = vectors.view()
+        return view.search_with_kinds(vector, spaces, k, kinds, kinds_k)
 
     def _current(self, conn: Connection, tenant: str) -> TenantVectors:
         head = (
