@@ -131,16 +131,7 @@ def test_non_retryable_status_is_not_retried(fake, make_proxy):
 def test_no_retry_after_first_byte(fake, make_proxy):
     proxy = make_proxy(retries=3)
     fake.script.append(Reply.cut([chat_chunk({"role": "assistant", "content": "partial"})]))
-    received = bytearray()
-    with pytest.raises(httpx.HTTPError):
-        with httpx.stream(
-            "POST",
-            proxy.url + "/v1/chat/completions",
-            json={"model": "m", "messages": [], "stream": True},
-        ) as response:
-            assert response.status_code == 200
-            for chunk in response.iter_raw():
-                received.extend(chunk)
+    received = _stream_until_cut(proxy)
     assert b"partial" in received
     assert len(fake.chat_requests()) == 1
 
@@ -194,17 +185,8 @@ def test_total_timeout_cuts_a_stream_mid_way(fake, make_proxy):
     chunks = [chat_chunk({"role": "assistant", "content": "partial"})]
     chunks += [chat_chunk({"content": "."}) for _ in range(40)] + [b"data: [DONE]\n\n"]
     fake.script.append(Reply.sse(chunks, delay=0.05))
-    received = bytearray()
     started = time.monotonic()
-    with pytest.raises(httpx.HTTPError):
-        with httpx.stream(
-            "POST",
-            proxy.url + "/v1/chat/completions",
-            json={"model": "m", "messages": [], "stream": True},
-        ) as response:
-            assert response.status_code == 200
-            for chunk in response.iter_raw():
-                received.extend(chunk)
+    received = _stream_until_cut(proxy)
     assert b"partial" in received and b"[DONE]" not in received
     assert 0.5 < time.monotonic() - started < 1.5
 
@@ -226,3 +208,18 @@ def test_client_gone_mid_upload_leaves_nothing_running(fake, proxy):
     )
     assert response.status_code == 200
     assert len(fake.chat_requests()) == 1
+
+
+def _stream_until_cut(proxy) -> bytes:
+    """A streamed chat request whose answer starts (200) and is then cut off."""
+    received = bytearray()
+    with pytest.raises(httpx.HTTPError):
+        with httpx.stream(
+            "POST",
+            proxy.url + "/v1/chat/completions",
+            json={"model": "m", "messages": [], "stream": True},
+        ) as response:
+            assert response.status_code == 200
+            for chunk in response.iter_raw():
+                received.extend(chunk)
+    return bytes(received)

@@ -128,6 +128,7 @@ def test_an_older_database_is_migrated_with_the_same_scores(store, run, tmp_path
     """A database made before the per-scope tables (schema 4) gets them filled from its
     active memories when opened: the scores are the same as when written live."""
     from memory_core.sqlite.db import connect
+    from memory_core.sqlite.schema import MIGRATIONS
     from memory_core.sqlite.store import SQLiteStore
     from memory_core.sqlite.text_index import TABLES
 
@@ -141,11 +142,13 @@ def test_an_older_database_is_migrated_with_the_same_scores(store, run, tmp_path
     conn = connect(store.path)
     for statement in TABLES:
         conn.execute(f"DROP TABLE {statement.split()[2]}")
+    conn.execute("DROP INDEX jobs_tenant_order")  # and what schema 6 added
+    conn.execute("ALTER TABLE jobs DROP COLUMN forgets")
     conn.execute("UPDATE schema_version SET version = 4")
     conn.close()
     reopened = run(SQLiteStore.open(store.path, embedder))
     try:
-        assert reopened.schema_version == 5
+        assert reopened.schema_version == len(MIGRATIONS)
         again = [(r.memory.id, r.breakdown["text_bm25"]) for r in run(reopened.recall(query))]
     finally:
         run(reopened.close())

@@ -80,6 +80,17 @@ def query_stems(conn: Connection, terms: Sequence[str]) -> list[str]:
     return list(stems)
 
 
+def term_docs(conn: Connection, scopes: Sequence[int], terms: Sequence[str]) -> dict[str, int]:
+    """How many documents of the scopes hold each term (terms none holds are absent)."""
+    return dict(
+        conn.execute(
+            f"SELECT term, sum(docs) FROM text_terms WHERE scope IN ({_in(scopes)})"
+            f" AND term IN ({_in(terms)}) GROUP BY term",
+            [*scopes, *terms],
+        ).fetchall()
+    )
+
+
 def choose_terms(hits: dict[str, int], stems: Sequence[str], budget: int) -> list[str]:
     """The rarest terms of the scope within a postings budget (each term's scoring cost
     is its number of postings in the scope). Terms the scope has never seen are dropped."""
@@ -168,13 +179,7 @@ def _scored(
     stems = query_stems(conn, terms)
     if not stems:
         return []
-    hits = dict(
-        conn.execute(
-            f"SELECT term, sum(docs) FROM text_terms WHERE scope IN ({_in(scopes)})"
-            f" AND term IN ({_in(stems)}) GROUP BY term",
-            [*scopes, *stems],
-        ).fetchall()
-    )
+    hits = term_docs(conn, scopes, stems)
     chosen = choose_terms(hits, stems, budget)
     if not chosen:
         return []

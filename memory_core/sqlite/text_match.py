@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from memory_core.sqlite.db import Connection
-from memory_core.sqlite.tenant_bm25 import query_stems
+from memory_core.sqlite.tenant_bm25 import query_stems, term_docs
 
 SHORT = 3  # FTS5's Porter stemmer leaves shorter tokens as they are
 
@@ -55,13 +55,7 @@ def matching_docs(
     ]
     if not scopes:
         return []
-    counts = dict(
-        conn.execute(
-            f"SELECT term, sum(docs) FROM text_terms WHERE scope IN ({_in(scopes)})"
-            f" AND term IN ({_in(terms)}) GROUP BY term",
-            [*scopes, *terms],
-        ).fetchall()
-    )
+    counts = term_docs(conn, scopes, terms)
     if any(not counts.get(term) for term in terms):
         return []  # a term no memory of these spaces holds
     rarest, *others = sorted(terms, key=lambda term: counts[term])
