@@ -174,3 +174,47 @@ def test_a_dropped_row_leaves_no_trace_in_the_int8_copy(monkeypatch):
     column = vectors.int8.blocks[index // int8_scan.BLOCK][:, index % int8_scan.BLOCK]
     assert not column.any() and vectors.int8.scale[index] == 1.0
     assert not vectors.vectors[index].any()
+
+
+def test_searches_without_the_lock_survive_concurrent_writes(monkeypatch):
+    """A view is searched unlocked while the copy grows, drops rows and compacts under
+    its lock (as VectorCache does): no search fails or returns a row never stored."""
+    import threading
+
+    monkeypatch.setattr(vector_cache, "INT8_FROM", 256)
+    block = clustered(6000, seed=7)
+    vectors = TenantVectors(block.shape[1])
+    vectors.put_many(np.arange(1, 2001), ["default"] * 2000, ["fact"] * 2000, block[:2000])
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def search() -> None:
+        rng = np.random.default_rng()
+        while not stop.is_set():
+            try:
+                with vectors.lock:
+                    view = vectors.view()
+                query = block[rng.integers(0, len(block))]
+                hits, rules, _ = view.search_with_kinds(query, ["default"], 20, ["fact"], 5)
+                assert all(1 <= rowid <= len(block) for rowid, _ in hits + rules)
+                assert [s for _, s in hits] == sorted((s for _, s in hits), reverse=True)
+            except BaseException as exc:  # reported below
+                failures.append(exc)
+                return
+
+    readers = [threading.Thread(target=search) for _ in range(3)]
+    for reader in readers:
+        reader.start()
+    compactions = 0
+    for i in range(2000, len(block)):
+        with vectors.lock:
+            vectors.put(i + 1, "default", "fact", block[i])
+            for rowid in (2 * (i - 2000) + 1, 2 * (i - 2000) + 2):  # drops outpace puts
+                size = vectors.size
+                vectors.drop(rowid)
+                compactions += vectors.size < size
+    stop.set()
+    for reader in readers:
+        reader.join(timeout=30)
+    assert not failures, failures[0]
+    assert compactions >= 2  # the arrays were replaced under running searches
