@@ -135,11 +135,22 @@ def _unique(memories: list[Memory]) -> list[Memory]:
     return [m for m in memories if not (m.id in seen or seen.add(m.id))]
 
 
+def payload_text(payload: dict[str, Any]) -> str:
+    """What a job learns from: the exchange and the turns before it (`exchange_input`)."""
+    context = payload.get("context") or {}
+    turns = [t.get("text") for t in context.get("earlier_turns") or [] if isinstance(t, dict)]
+    parts = [payload.get("user"), payload.get("assistant"), context.get("previous_assistant")]
+    return "\n".join(str(p) for p in [*parts, *turns] if p)
+
+
 class Reconciler:
-    def __init__(self, store: Any, llm: LLMClient | None, actor: str = "extraction") -> None:
+    def __init__(
+        self, store: Any, llm: LLMClient | None, actor: str = "extraction", jobs: Any = None
+    ) -> None:
         self.store = store
         self.llm = llm
         self.actor = actor
+        self.jobs = jobs  # the queue (`JobQueue`): a forget in words erases dead jobs' text
 
     # -- facts ----------------------------------------------------------------------
 
@@ -413,11 +424,15 @@ class Reconciler:
         alarm code" -> alarm, code; folded and stemmed) is forgotten, without a model,
         however many there are and however they rank: those among the FORGET_MAX
         recalled, then every one the full-text sweep finds (`_forget_holding`). When none holds
-        them all, the model may pick the one memory it clearly means among the recalled."""
+        them all, the model may pick the one memory it clearly means among the recalled.
+        Dead jobs of these spaces whose text holds all the words lose their text first
+        (`_erase_dead_jobs`): retrying one would learn the forgotten fact again."""
+        wanted = stems(request, FORGET_FILLER)
+        if wanted:
+            await self._erase_dead_jobs(tenant, spaces, wanted, job_id)
         results = await self.store.recall(
             RecallQuery(tenant, spaces, request, top_k=FORGET_MAX, background=True)
         )
-        wanted = stems(request, FORGET_FILLER)
         if wanted:
             exact = [r.memory for r in results if wanted <= stems(r.memory.content)]
             outcomes = [await self.forget_memory(tenant, m, job_id) for m in exact]
@@ -441,6 +456,20 @@ class Reconciler:
         if chosen not in candidates:
             return [Outcome("not_forgotten", reason="ambiguous or no match")]
         return [await self.forget_memory(tenant, candidates[chosen], job_id)]
+
+    async def _erase_dead_jobs(
+        self, tenant: str, spaces: list[str], wanted: set[str], job_id: str | None
+    ) -> None:
+        """Erase the payload of every dead job of `spaces` whose exchange holds all
+        `wanted` stems (the rule memories are matched by); the rows stay for the operator
+        and a retry of them is refused (memory_core/jobs.py)."""
+        if self.jobs is None:
+            return
+        erased = await self.jobs.erase_dead(
+            tenant, spaces, lambda payload: wanted <= stems(payload_text(payload)), job_id
+        )
+        if erased:
+            log.info("forget erased the text of %d dead jobs: %s", len(erased), erased)
 
     async def _forget_holding(
         self, tenant: str, spaces: list[str], request: str, wanted: set[str], job_id: str | None

@@ -77,7 +77,7 @@ def build_app(settings: Settings, store: MemoryStore | None = None) -> ASGIApp:
         if settings.gliner_model
         else None
     )
-    reconciler = Reconciler(store, llm)
+    reconciler = Reconciler(store, llm, jobs=jobs)
     yield_to_chats = settings.extraction_yield_to_chats
     if yield_to_chats is None:
         yield_to_chats = local is not None  # the embedded llama.cpp's slots are shared

@@ -200,6 +200,42 @@ def test_a_forget_in_another_space_waits_for_the_fact_it_forgets(fake, memory_pr
     assert [(j.space, j.forgets) for j in jobs] == [("work", True), ("personal", False)]
 
 
+def test_a_forget_in_a_chat_erases_the_dead_job_that_would_learn_it_again(
+    fake, memory_proxy, script
+):
+    """The exchange with the locker code failed for good (dead, its text kept for a
+    retry); "forget my locker code" said later erases that text, and the admin API's
+    retry answers 400 invalid_input instead of learning the code again. A dead job of
+    the same tenant without the words keeps its text and can be retried."""
+    server, seed = memory_proxy(
+        extraction_workers=1, extraction_max_attempts=1, extraction_retry_base_seconds=0.01
+    )
+    script.failure_rate = 1.0
+    say(server, "My locker code is 5521")
+    say(server, "My bike is red")
+    assert drain(seed, 2)["dead"] == 2
+    script.failure_rate = 0.0
+    say(server, "Please forget my locker code")
+    drain(seed, 3)
+    jobs = SQLiteJobs(seed.store)
+    dead = {j.id: j for j in seed.run(jobs.list_jobs("acme", ["dead"]))}
+    erased = [j for j in dead.values() if j.payload is None]
+    kept = [j for j in dead.values() if j.payload is not None]
+    assert len(erased) == 1 and erased[0].last_error.startswith("payload erased by a forget")
+    assert [j.payload["user"] for j in kept] == ["My bike is red"]
+    rows = seed.run(seed.store.run_read(lambda c: c.execute("SELECT * FROM jobs").fetchall()))
+    assert "5521" not in str(rows)
+    admin = httpx.Client(
+        base_url=server.url + "/memrelay/v1", headers={"X-Memrelay-Tenant": "acme"}
+    )
+    refused = admin.post(f"/jobs/{erased[0].id}/retry")
+    assert refused.status_code == 400
+    assert refused.json()["error"]["code"] == "invalid_input"
+    assert "erased by a forget" in refused.json()["error"]["message"]
+    assert admin.post(f"/jobs/{kept[0].id}/retry").json()["status"] == "pending"
+    admin.close()
+
+
 def test_what_is_not_queued(fake, memory_proxy, script):
     server, seed = memory_proxy(extraction_workers=0, ignore_patterns=["^heartbeat$"])
     jobs = SQLiteJobs(seed.store)

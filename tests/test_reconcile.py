@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from extraction import reconcile
 from extraction.facts import Fact
 from extraction.reconcile import Reconciler
@@ -329,3 +331,54 @@ def test_judge_sees_every_close_memory_and_can_say_same(store, run, fake, fake_u
     shown = json.loads(judged[0]["messages"][1]["content"])["existing_memories"]
     assert len(shown) == 2
     assert len(run(store.list(ListQuery("acme", limit=10))).items) == 2
+
+
+def _dead_job(jobs, run, tenant, space, payload, job_id):
+    """A job that failed its only attempt: dead-lettered, its payload kept for a retry."""
+    run(jobs.enqueue(tenant, space, payload, job_id=job_id, max_attempts=1))
+    assert run(jobs.claim("w", 30)).id == job_id
+    assert run(jobs.fail(job_id, "w", "model exploded", retry_in=0)).status == "dead"
+
+
+def _jobs_table(store, run):
+    """Every column of every row of the jobs table, as text."""
+    if store.backend == "postgres":
+        return str(run(store.fetch("SELECT * FROM jobs")))
+    return str(run(store.run_read(lambda c: c.execute("SELECT * FROM jobs").fetchall())))
+
+
+def test_a_forget_in_words_erases_the_dead_jobs_that_hold_it(store, run):
+    """ "forget my locker code" erases the text of every dead job of the tenant, in the
+    spaces it reaches, whose exchange holds locker and code (in any turn): retrying one
+    would learn the code again. The row stays, a retry is refused. A dead job missing a
+    word, of another tenant, or in a space the forget cannot reach keeps its text and
+    can still be retried."""
+    from memory_core import InvalidInput
+    from memory_core.backends import jobs_for
+
+    jobs = jobs_for(store)
+    _dead_job(jobs, run, "acme", "personal", {"user": "My locker code is 5521"}, "code")
+    earlier = {
+        "user": "thanks, noted",
+        "context": {"earlier_turns": [{"role": "user", "text": "Locker codes: mine is 6633"}]},
+    }
+    _dead_job(jobs, run, "acme", "work", {**earlier, "assistant": "ok"}, "turns")
+    _dead_job(jobs, run, "acme", "personal", {"user": "My locker is blue, 4242"}, "partial")
+    _dead_job(jobs, run, "globex", "personal", {"user": "My locker code is 7777"}, "other")
+    _dead_job(jobs, run, "acme", "gym", {"user": "My locker code is 9911"}, "elsewhere")
+    reconciler = Reconciler(store, None, jobs=jobs)
+    run(reconciler.forget_request("acme", ["work", "personal"], "my locker code", None, "jf"))
+    for job_id in ("code", "turns"):
+        job = run(jobs.get_job("acme", job_id))
+        assert job.status == "dead" and job.payload is None
+        assert job.last_error == "payload erased by a forget request (job jf)"
+        with pytest.raises(InvalidInput, match="erased by a forget"):
+            run(jobs.retry("acme", job_id))
+        assert run(jobs.get_job("acme", job_id)).status == "dead"
+    table = _jobs_table(store, run)
+    assert "5521" not in table and "6633" not in table
+    for number in ("4242", "7777", "9911"):
+        assert number in table
+    for tenant, job_id in (("acme", "partial"), ("globex", "other"), ("acme", "elsewhere")):
+        assert run(jobs.get_job(tenant, job_id)).payload is not None
+        assert run(jobs.retry(tenant, job_id)).status == "pending"

@@ -8,13 +8,16 @@ snapshot) that the job is still the head of its scope with nothing leased, and l
 the row with FOR UPDATE SKIP LOCKED. Two replicas can therefore never hold two jobs of
 one scope, nor take one out of order. A forget job's wait needs no lock of its own:
 what holds it back (earlier jobs pending or leased) only ends, never starts anew
-(an operator's retry of a dead job aside).
+(an operator's retry of a dead job aside). A forget in words erases the payloads of
+the dead jobs that hold its words (`erase_dead`, rows locked FOR UPDATE, so a retry
+waits for it and then sees the NULL payload it refuses).
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -22,11 +25,16 @@ from psycopg.types.json import Jsonb
 from memory_core.errors import InvalidInput, NotFound
 from memory_core.jobs import (
     BACKLOG_SQL,
+    DEAD_WITH_PAYLOAD_SQL,
     DUPLICATE_SQL,
+    ERASE_PAGE,
+    ERASE_SQL,
     JOB_COLUMNS,
     JOB_STATUSES,
     OLDEST_PENDING_SQL,
     Job,
+    erased_marks,
+    erased_message,
     job_counts_sql,
     job_from_row,
     list_jobs_sql,
@@ -263,7 +271,7 @@ class PostgresJobs:
         validate_id(tenant, "tenant")
         async with self.store.connection() as conn:
             cursor = await conn.execute(
-                "SELECT status FROM jobs WHERE id = %s AND tenant = %s FOR UPDATE",
+                "SELECT status, payload IS NULL FROM jobs WHERE id = %s AND tenant = %s FOR UPDATE",
                 (job_id, tenant),
             )
             row = await cursor.fetchone()
@@ -271,6 +279,8 @@ class PostgresJobs:
                 raise NotFound(f"no job {job_id!r} in tenant {tenant!r}")
             if row[0] != "dead":
                 raise InvalidInput(f"only dead-lettered jobs can be retried (this one is {row[0]})")
+            if row[1]:
+                raise InvalidInput(erased_message(job_id))
             now = time.time()
             await conn.execute(
                 "UPDATE jobs SET status = 'pending', attempts = 0, available_at = %s,"
@@ -278,6 +288,40 @@ class PostgresJobs:
                 (now, now, job_id),
             )
         return await self._get(job_id)
+
+    async def erase_dead(
+        self,
+        tenant: str,
+        spaces: list[str],
+        holds: Callable[[dict[str, Any]], bool],
+        by_job: str | None = None,
+    ) -> list[str]:
+        """Erase the payload of every dead job of `tenant` in `spaces` that `holds`
+        matches; each page is read FOR UPDATE and erased in one transaction."""
+        validate_id(tenant, "tenant")
+        if not spaces:
+            return []
+        sql = DEAD_WITH_PAYLOAD_SQL.format(m="%s", spaces=",".join(["%s"] * len(spaces)))
+        reason, result = erased_marks(by_job)
+        erased: list[str] = []
+        after = 0
+        async with self.store.connection() as conn:
+            while True:
+                async with conn.transaction():
+                    cursor = await conn.execute(
+                        sql + " FOR UPDATE", (tenant, after, *spaces, ERASE_PAGE)
+                    )
+                    rows = await cursor.fetchall()
+                    for seq, job_id, payload in rows:
+                        after = seq
+                        if holds(payload):
+                            await conn.execute(
+                                ERASE_SQL.format(m="%s"),
+                                (reason, Jsonb(result), time.time(), job_id),
+                            )
+                            erased.append(job_id)
+                if len(rows) < ERASE_PAGE:
+                    return erased
 
     async def get_job(self, tenant: str, job_id: str) -> Job | None:
         rows = await self.store.fetch(

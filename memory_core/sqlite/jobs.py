@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from memory_core import jobs
@@ -92,6 +93,18 @@ class SQLiteJobs:
     async def retry(self, tenant: str, job_id: str) -> Job:
         validate_id(tenant, "tenant")
         return await self.store.run_write(lambda c: jobs.retry(c, tenant, job_id))
+
+    async def erase_dead(
+        self,
+        tenant: str,
+        spaces: list[str],
+        holds: Callable[[dict[str, Any]], bool],
+        by_job: str | None = None,
+    ) -> list[str]:
+        validate_id(tenant, "tenant")
+        return await self.store.run_write(
+            lambda c: jobs.erase_dead(c, tenant, spaces, holds, by_job)
+        )
 
     async def get_job(self, tenant: str, job_id: str) -> Job | None:
         return await self.store.run_read(lambda c: jobs.get_job(c, tenant, job_id))
