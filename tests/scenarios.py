@@ -14,10 +14,11 @@ grammar can learn from them.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from tests.text_checks import without_generated_ids
 
 
 @dataclass
@@ -61,12 +62,6 @@ class Scenario:
     explicit: bool = False  # learnable from the explicit-request grammar alone
 
 
-# Identifiers memrelay generates (memory, job, event and request ids) are hex, and times
-# are JSON numbers: a code like "8080" turns up in one of them by chance (about one run
-# in 300 of "explicit forget, model silent" failed so, with the memory duly forgotten).
-_GENERATED_ID = re.compile(r"\b(?:mem|job)_[0-9a-f]+\b|\b[0-9a-f]{32}\b")
-
-
 def _stored_text(export: str) -> str:
     """What the export says in words: every key and string of every record (memories
     of any status, their events and provenance), generated ids blanked. Numbers (times,
@@ -75,7 +70,7 @@ def _stored_text(export: str) -> str:
 
     def walk(value: Any) -> None:
         if isinstance(value, str):
-            parts.append(_GENERATED_ID.sub("<id>", value))
+            parts.append(without_generated_ids(value))
         elif isinstance(value, dict):
             for key, item in value.items():
                 parts.append(str(key))

@@ -29,6 +29,7 @@ from proxy.settings import Settings
 from proxy.wiring import build_app
 from tests.mcp_helpers import TOOLS, data, error_text, everything, http_session
 from tests.servers import ServedApp
+from tests.text_checks import without_generated_ids
 
 ERAS = ["legacy", "modern"]
 BOB_SECRETS = [
@@ -267,7 +268,9 @@ def test_alice_can_never_reach_bobs_memories_through_any_tool(world: World, era:
                 )
                 assert all("SECRET-bob" not in m["content"] for m in data(result)["forgotten"])
                 seen.append(everything(result))
-            assert not any("SECRET-bob" in text or "4711" in text for text in seen)
+            assert not any(
+                "SECRET-bob" in text or "4711" in without_generated_ids(text) for text in seen
+            )
 
     run(attack())
     _bob_fine(world)

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from proxy.edge.keys import KeyStore, digest
+from tests.text_checks import without_generated_ids
 from tests.ui_world import HOSTILE, World, build_world, memory
 
 UI = "/memrelay/ui"
@@ -239,8 +240,8 @@ def test_tenant_isolation_through_every_page_and_field(world: World, alice: Brow
     sneaky = {"X-Memrelay-Tenant": "bob", "X-Memrelay-Key": world.keys["bob"]}
     for path in ("/memories?tenant=bob&q=vault+code", "/inject?message=vault+code&tenant=bob"):
         text = alice.get(path, headers=dict(sneaky)).text
-        assert "4711" not in text and bob_id not in text
-    assert "4711" not in alice.get("/stats", headers=dict(sneaky)).text
+        assert "4711" not in without_generated_ids(text) and bob_id not in text
+    assert "4711" not in without_generated_ids(alice.get("/stats", headers=dict(sneaky)).text)
     bob_memory = memory(world, "bob", bob_id)
     assert bob_memory["status"] == "active" and "4711" in bob_memory["content"]
     assert "upstream said 500 for bob" in jobs_text(world, "bob")
