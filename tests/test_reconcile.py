@@ -377,6 +377,7 @@ def test_a_forget_in_words_erases_the_dead_jobs_that_hold_it(store, run):
             run(jobs.retry("acme", job_id))
         assert run(jobs.get_job("acme", job_id)).status == "dead"
     table = _jobs_table(store, run)
+    table = without_generated_ids(table)
     assert "5521" not in table and "6633" not in table
     for number in ("4242", "7777", "9911"):
         assert number in table
