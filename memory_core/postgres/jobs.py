@@ -22,19 +22,21 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from memory_core.dead_jobs import (
+    DEAD_WITH_PAYLOAD_SQL,
+    ERASE_PAGE,
+    ERASE_SQL,
+    erased_marks,
+    erased_message,
+)
 from memory_core.errors import InvalidInput, NotFound
 from memory_core.jobs import (
     BACKLOG_SQL,
-    DEAD_WITH_PAYLOAD_SQL,
     DUPLICATE_SQL,
-    ERASE_PAGE,
-    ERASE_SQL,
     JOB_COLUMNS,
     JOB_STATUSES,
     OLDEST_PENDING_SQL,
     Job,
-    erased_marks,
-    erased_message,
     job_counts_sql,
     job_from_row,
     list_jobs_sql,

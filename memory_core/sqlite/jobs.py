@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from memory_core import jobs
+from memory_core import dead_jobs, jobs
 from memory_core.jobs import Job
 from memory_core.model import validate_id
 from memory_core.sqlite.store import SQLiteStore
@@ -103,7 +103,7 @@ class SQLiteJobs:
     ) -> list[str]:
         validate_id(tenant, "tenant")
         return await self.store.run_write(
-            lambda c: jobs.erase_dead(c, tenant, spaces, holds, by_job)
+            lambda c: dead_jobs.erase_dead(c, tenant, spaces, holds, by_job)
         )
 
     async def get_job(self, tenant: str, job_id: str) -> Job | None:
