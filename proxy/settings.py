@@ -250,6 +250,14 @@ class Settings(BaseSettings):
             " memories (status `timeout`). 0: never wait when every turn is taken."
         ),
     )
+    search_process: bool = Field(
+        default=True,
+        description=(
+            "SQLite only: run recall's search (vector scan, full-text, ranking) in a child"
+            " process of its own, off the proxy's GIL (more requests per second with memory"
+            " on); if it dies, recall searches in-process until it is restarted."
+        ),
+    )
     upstream_transport: Literal["aiohttp", "httpx"] = Field(
         default="aiohttp",
         description="HTTP/1.1 engine under the upstream client: aiohttp (C parser, less"

@@ -12,7 +12,7 @@ from extraction.entities import GLiNER2Entities
 from extraction.llm import OpenAICompatibleLLM
 from extraction.reconcile import Reconciler
 from extraction.worker import ChatActivity, ExtractionWorkers
-from memory_core.backends import jobs_for, make_store
+from memory_core.backends import is_postgres_url, jobs_for, make_store
 from memory_core.embedder import make_embedder
 from memory_core.store import MemoryStore
 from proxy.admin.api import AdminAPI
@@ -60,7 +60,10 @@ def build_app(settings: Settings, store: MemoryStore | None = None) -> ASGIApp:
         embedder = make_embedder(
             settings.embedder, settings.embedding_model_dir, query_model=settings.query_model
         )
-        store = make_store(settings.db, embedder)
+        options = (
+            {} if is_postgres_url(settings.db) else {"search_process": settings.search_process}
+        )
+        store = make_store(settings.db, embedder, **options)
     jobs = jobs_for(store)
     metrics = Metrics()
     llm = OpenAICompatibleLLM(

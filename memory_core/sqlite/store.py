@@ -29,8 +29,6 @@ from memory_core.recall import (
     RecallQuery,
     knn,
     load_active,
-    load_rank_facts,
-    rank,
     text_search,
 )
 from memory_core.rows import (
@@ -42,9 +40,9 @@ from memory_core.rows import (
 )
 from memory_core.sqlite import text_index
 from memory_core.sqlite.db import Connection, check_database_path, connect
+from memory_core.sqlite.hybrid_search import SearchRequest, hybrid_search
 from memory_core.sqlite.schema import migrate
-from memory_core.sqlite.standing import KINDS as STANDING
-from memory_core.sqlite.standing import found as standing_found
+from memory_core.sqlite.search_process import SearchProcess, SearchProcessDown
 from memory_core.sqlite.standing import standing_candidates
 from memory_core.sqlite.tenant_bm25 import TermHits
 from memory_core.sqlite.text_match import matching_docs
@@ -54,9 +52,7 @@ from memory_core.sqlite.vector_snapshot import SnapshotDir
 from memory_core.standing_rules import (
     Candidates,
     StandingPolicy,
-    merge,
     rule_room,
-    wanted_rules,
 )
 from memory_core.store import ImportResult, ListQuery, Page
 from memory_core.store_base import EmbeddingStore, import_texts, match_input, recall_input
@@ -68,7 +64,12 @@ class SQLiteStore(EmbeddingStore):
     """Serialised writes, pooled reads, embedding off the event loop."""
 
     def __init__(
-        self, path: Path | str, embedder: Embedder, readers: int = 4, vector_cache: bool = True
+        self,
+        path: Path | str,
+        embedder: Embedder,
+        readers: int = 4,
+        vector_cache: bool = True,
+        search_process: bool = False,
     ) -> None:
         self.path = Path(path)
         # Vector snapshots beside the file: loaded by the cache, scrubbed by forget.
@@ -81,13 +82,25 @@ class SQLiteStore(EmbeddingStore):
         self._writer: ConnectionThreads | None = None
         self._readers: ConnectionThreads | None = None
         self._term_hits = TermHits()  # common terms' postings, until the tenant's next write
+        # Recall's search in a child process, off this process's GIL (search_process.py).
+        self._search = (
+            SearchProcess(self.path, embedder.name, embedder.dim)
+            if search_process and vector_cache
+            else None
+        )
 
     @classmethod
     async def open(
-        cls, path: Path | str, embedder: Embedder, readers: int = 4, vector_cache: bool = True
+        cls,
+        path: Path | str,
+        embedder: Embedder,
+        readers: int = 4,
+        vector_cache: bool = True,
+        search_process: bool = False,
     ) -> SQLiteStore:
-        """Open (creating or migrating) the database; `vector_cache` keeps KNN in memory."""
-        store = cls(path, embedder, readers, vector_cache)
+        """Open (creating or migrating) the database; `vector_cache` keeps KNN in memory;
+        `search_process` runs recall's search in a child process."""
+        store = cls(path, embedder, readers, vector_cache, search_process)
         await store.start()
         return store
 
@@ -103,8 +116,12 @@ class SQLiteStore(EmbeddingStore):
         self._writer = ConnectionThreads(self.path, 1, "memrelay-write")
         self._readers = ConnectionThreads(self.path, self._readers_count, "memrelay-read")
         await self.warm_up()
+        if self._search is not None:
+            await self._search.start()
 
     async def close(self) -> None:
+        if self._search is not None:
+            await self._search.close()
         if self._cache is not None and self._readers is not None:
             await self.run_read(self._cache.save)  # tenants changed since their snapshot
         for pool in (self._writer, self._readers):
@@ -214,7 +231,22 @@ class SQLiteStore(EmbeddingStore):
         memory, rowid = await self.run_write(erase)
         await self.checkpoint()
         await asyncio.to_thread(self.snapshots.scrub, tenant, [rowid])  # and from the snapshot
+        await self._sync_search(tenant)
         return memory
+
+    async def _sync_search(self, tenant: str) -> None:
+        """The search process drops a forgotten vector now, not at the tenant's next
+        search (its copy in memory is the only one left after the scrub)."""
+        if self._search is None or not self._search.usable():
+            return
+        try:
+            await self._search.sync(tenant)
+        except SearchProcessDown:
+            pass  # a new child loads the tenant from the scrubbed files and database
+
+    def search_status(self) -> dict[str, Any] | None:
+        """The search process's state (None when recall searches in-process)."""
+        return self._search.status() if self._search is not None else None
 
     async def expire_due(self, now: float | None = None) -> int:
         moment = time.time() if now is None else now
@@ -309,17 +341,17 @@ class SQLiteStore(EmbeddingStore):
         text, terms = prepared
         pool = max(query.top_k * 4, 40)
         now = time.time()
-        # Full-text search needs no vector: it runs on a reader thread while the query is
-        # embedded (SQLite and ONNX release the GIL, so two cores work). Then one more
-        # reader job scans the vectors, takes the text hits (started earlier, so running
-        # or done) and ranks: one thread hop after the embedding, not two. Every
-        # candidate passes the SQL guard, so the two searches need not share a snapshot.
         readers = self._readers
         if readers is None:
             raise RuntimeError("the store is not open")
+        remote = self._search if self._search is not None and self._search.usable() else None
+        # In-process, full-text search needs no vector: it runs on a reader thread while
+        # the query is embedded (SQLite and ONNX release the GIL, so two cores work), and
+        # the search job takes its hits. Every candidate passes the SQL guard, so the two
+        # searches need not share a snapshot. The search process runs both itself.
         text_job = (
             readers.submit(lambda c: text_search(c, query, terms, pool, self._term_hits))
-            if terms
+            if terms and remote is None
             else None
         )
         try:
@@ -333,41 +365,17 @@ class SQLiteStore(EmbeddingStore):
         if policy is not None and not rule_room(query, policy):
             policy = None
         rules_k = policy.slots + query.top_k if policy is not None else 0
-
-        def search(conn: Connection) -> list[Recalled]:
-            rule_hits: list[tuple[int, float]] = []
-            in_scope = 0
-            if vector is None:
-                vector_hits = []
-            elif policy is not None and self._cache is not None:
-                # The standing rules' candidates come from the same scan (one matrix
-                # product for both); the vec0 mode looks them up on their own below.
-                vector_hits, rule_hits, in_scope = self._cache.search_with_kinds(
-                    conn, query.tenant, query.spaces, vector, pool, STANDING, rules_k
-                )
-            else:
-                vector_hits = self._knn(conn, query, vector, pool)
-            text_hits = text_job.result() if text_job is not None else []
-            rowids = list({r for r, _ in vector_hits} | {r for r, _ in text_hits})
-            facts = load_rank_facts(conn, query, rowids, now)
-            ranked = rank(query, vector_hits, text_hits, facts, now, fusion=self.fusion)
-            # The winners whole, through the same guard: one forgotten in between is gone.
-            memories = load_active(conn, query, [rowid for rowid, _, _ in ranked], now)
-            results = [Recalled(memories[r], s, info) for r, s, info in ranked if r in memories]
-            if policy is None:
-                return results
+        request = SearchRequest(query, terms, pool, vector, policy, rules_k, now, self.fusion)
+        if remote is not None:
             try:
-                k = wanted_rules(results, query, policy)
-                if self._cache is None:
-                    found = standing_candidates(None, conn, query, vector, k, now, policy)
-                else:
-                    found = standing_found(conn, query, rule_hits[:k], in_scope, now, policy)
-            except Exception:  # the hybrid recall succeeded: its results still go out
-                log.exception("standing-rule lookup failed; the hybrid results stand alone")
-                return results
-            return merge(results, found, query.top_k, policy)
-
-        return await self.run_read(search)
+                return await remote.search(request)
+            except SearchProcessDown:
+                log.warning("search process went away; this recall searches in-process")
+        cache, term_hits = self._cache, self._term_hits
+        text_hits = text_job.result if text_job is not None else None
+        return await self.run_read(
+            lambda conn: hybrid_search(conn, cache, term_hits, request, text_hits)
+        )
 
     async def text_matches(
         self, tenant: str, spaces: list[str], words: list[str], after: int = 0, limit: int = 500

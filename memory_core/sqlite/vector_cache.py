@@ -252,6 +252,14 @@ class VectorCache:
             view = vectors.view()
         return view.search_with_kinds(vector, spaces, k, kinds, kinds_k)
 
+    def refresh(self, conn: Connection, tenant: str) -> None:
+        """Bring `tenant`'s copy up to date now, if one is held (a forget elsewhere: its
+        vector leaves this copy at once, not at the tenant's next scan)."""
+        with self._lock:
+            held = tenant in self._tenants
+        if held:
+            self._current(conn, tenant)
+
     def _current(self, conn: Connection, tenant: str) -> TenantVectors:
         head = (
             conn.execute("SELECT max(seq) FROM events WHERE tenant = ?", (tenant,)).fetchone()[0]
