@@ -63,6 +63,7 @@ class _Snapshot(Collector):
         self.jobs: Callable[[], PyCounter[str]] | None = None
         self.health: dict[str, Any] = {}
         self.embedding: Callable[[], dict[str, int]] | None = None
+        self.search: Callable[[], dict[str, Any] | None] | None = None  # the search process
 
     def collect(self) -> Iterator[Metric]:
         depth = GaugeMetricFamily(
@@ -96,6 +97,18 @@ class _Snapshot(Collector):
         for name, key, doc in EMBEDDING_COUNTERS:
             if key in embedding:
                 yield CounterMetricFamily(name, doc, value=embedding[key])
+        search = self.search() if self.search else None
+        if search is not None:
+            yield GaugeMetricFamily(
+                "memrelay_search_process_up",
+                "1 while recall's search process runs; 0: recalls search in-process",
+                value=1.0 if search["up"] else 0.0,
+            )
+            yield CounterMetricFamily(
+                "memrelay_search_process_restarts",
+                "Times the search process exited and was started again",
+                value=search["restarts"],
+            )
         for name, key, doc in HEALTH_GAUGES:
             if key in self.health:
                 yield GaugeMetricFamily(name, doc, value=float(self.health[key]))

@@ -107,6 +107,7 @@ def build_app(settings: Settings, store: MemoryStore | None = None) -> ASGIApp:
     batcher = getattr(store, "batcher", None)
     if batcher is not None:
         metrics.snapshot.embedding = batcher.stats
+    metrics.snapshot.search = getattr(store, "search_status", None)
     tally = RecallTally()  # recall outcomes per tenant, for the inspector's stats page
     interceptors = [
         RecallInterceptor(store, settings, metrics),
