@@ -52,6 +52,7 @@ class SearchRequest:
     rules_k: int  # standing-rule candidates taken from the same scan
     now: float
     fusion: Fusion = DEFAULT_FUSION
+    text_hits: Hits | None = None  # full-text hits found already (None: search here)
 
 
 def hybrid_search(
@@ -83,6 +84,8 @@ def hybrid_search(
         vector_hits = knn(conn, query, vector, request.pool)
     if text_hits is not None:
         found_text = text_hits()
+    elif request.text_hits is not None:
+        found_text = request.text_hits
     elif request.terms:
         found_text = text_search(conn, query, request.terms, request.pool, term_hits)
     else:

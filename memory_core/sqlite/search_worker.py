@@ -10,11 +10,14 @@ the answer ("ok", value) or ("error", text). The process ends when its sockets c
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import pickle
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,23 @@ from memory_core.sqlite.vector_cache import VectorCache
 from memory_core.sqlite.vector_snapshot import SnapshotDir
 
 log = logging.getLogger("memrelay.search")
+
+
+class _JSONLines(logging.Formatter):
+    """One JSON object a line, as the server logs (its formatter lives in `proxy`)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "pid": os.getpid(),
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["error"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
 
 
 class Worker:
@@ -66,7 +86,9 @@ class Worker:
 
 def main(argv: list[str]) -> int:
     db, model, dim, *fds = argv
-    logging.basicConfig(level=logging.WARNING, format="search process: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(_JSONLines())
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
     single_threaded_blas()
     worker = Worker(Path(db), model, int(dim))
     socks = [socket.socket(fileno=int(fd)) for fd in fds]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -82,6 +83,7 @@ class SQLiteStore(EmbeddingStore):
         self._writer: ConnectionThreads | None = None
         self._readers: ConnectionThreads | None = None
         self._term_hits = TermHits()  # common terms' postings, until the tenant's next write
+        self._recalls = 0  # recalls in progress (counted on the event loop)
         # Recall's search in a child process, off this process's GIL (search_process.py).
         self._search = (
             SearchProcess(self.path, embedder.name, embedder.dim)
@@ -335,6 +337,13 @@ class SQLiteStore(EmbeddingStore):
 
     async def recall(self, query: RecallQuery) -> list[Recalled]:
         """Hybrid recall over active memories of one tenant and its read spaces."""
+        self._recalls += 1
+        try:
+            return await self._recall(query)
+        finally:
+            self._recalls -= 1
+
+    async def _recall(self, query: RecallQuery) -> list[Recalled]:
         prepared = recall_input(query)
         if prepared is None:
             return []
@@ -345,13 +354,16 @@ class SQLiteStore(EmbeddingStore):
         if readers is None:
             raise RuntimeError("the store is not open")
         remote = self._search if self._search is not None and self._search.usable() else None
-        # In-process, full-text search needs no vector: it runs on a reader thread while
+        # Full-text search needs no vector: in-process, it runs on a reader thread while
         # the query is embedded (SQLite and ONNX release the GIL, so two cores work), and
-        # the search job takes its hits. Every candidate passes the SQL guard, so the two
-        # searches need not share a snapshot. The search process runs both itself.
+        # the search job takes its hits. With the search process, it runs there, after the
+        # embedding, unless this recall is alone (then the overlap saves its time and
+        # there is no one to contend with). Every candidate passes the SQL guard, so the
+        # two searches need not share a snapshot.
+        alone = self._recalls == 1
         text_job = (
             readers.submit(lambda c: text_search(c, query, terms, pool, self._term_hits))
-            if terms and remote is None
+            if terms and (remote is None or alone)
             else None
         )
         try:
@@ -367,6 +379,9 @@ class SQLiteStore(EmbeddingStore):
         rules_k = policy.slots + query.top_k if policy is not None else 0
         request = SearchRequest(query, terms, pool, vector, policy, rules_k, now, self.fusion)
         if remote is not None:
+            if text_job is not None:
+                hits = await asyncio.wrap_future(text_job)
+                request = dataclasses.replace(request, text_hits=hits)
             try:
                 return await remote.search(request)
             except SearchProcessDown:
