@@ -1,0 +1,559 @@
+"""Recall's search in a child process (memory_core/sqlite/search_process.py), with real
+parts: real SQLite files, the real embedding model, real child processes.
+
+The store with the child must answer exactly as a plain store on the same file does,
+see every write at once (its own and another writer's), keep tenants apart, survive the
+child's death (in-process meanwhile, then a new child), never hand one caller another
+caller's answer when callers give up mid-exchange, and leave no child behind.
+
+One child per store costs about a second to start, so the checks that leave the child
+as they found it share one module-wide pair of stores on one file: `remote` (search
+process) and `plain` (in-process, and the "other writer"). Each check uses tenants of
+its own. How many searches the child answered is counted by wrapping the store's own
+`SearchProcess.search` on the instance (the real call, counted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from memory_core import NewMemory, RecallQuery, SQLiteStore
+from memory_core.recall import Recalled, clean_query, query_terms
+from memory_core.sqlite.search_process import CHANNELS, SearchProcessDown
+from memory_core.standing_rules import StandingPolicy
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Tenant "acme": three spaces, every kind, subjects; "globex" shares some texts.
+ACME: dict[str, list[NewMemory]] = {
+    "work": [
+        NewMemory("The team writes its backend services in Go.", subject="team"),
+        NewMemory("Deploys to production happen on Tuesdays after the standup.", kind="fact"),
+        NewMemory("The staging database is PostgreSQL 16 on a single VM.", subject="infra"),
+        NewMemory("Never deploy on a Friday afternoon.", kind="constraint", subject="infra"),
+        NewMemory("Ship the billing migration before the end of the quarter.", kind="goal"),
+        NewMemory("The user prefers short code reviews with bullet points.", kind="preference"),
+        NewMemory("You once merged without running the tests; always run them.", kind="error"),
+        NewMemory("The on-call rotation changes every Monday at nine.", subject="team"),
+        NewMemory("Grafana dashboards live in the observability repository.", kind="note"),
+        NewMemory("The user's manager is called Priya.", subject="user"),
+    ],
+    "home": [
+        NewMemory("The user lives in Lyon with two cats.", subject="user"),
+        NewMemory("The user is allergic to peanuts.", kind="constraint", subject="user"),
+        NewMemory("The user prefers vegetarian recipes.", kind="preference", subject="user"),
+        NewMemory("The user's sister Ana visits every December.", subject="family"),
+        NewMemory("Plan a cycling trip through the Alps next summer.", kind="goal"),
+        NewMemory("The boiler was serviced in March.", kind="note"),
+        NewMemory("The user runs five kilometres on Sunday mornings.", subject="user"),
+    ],
+    "shared": [
+        NewMemory("The user's favourite programming language is Go.", subject="user"),
+        NewMemory("Use metric units, never pounds or inches.", kind="constraint"),
+        NewMemory("The user reads science fiction before sleeping.", subject="user"),
+        NewMemory("Answer in British English spelling.", kind="preference"),
+    ],
+}
+GLOBEX: dict[str, list[NewMemory]] = {
+    "work": [
+        NewMemory("The team writes its backend services in Go.", subject="team"),
+        NewMemory("The user lives in Lyon with two cats.", subject="user"),
+        NewMemory("Globex builds its front end in TypeScript.", subject="team"),
+        NewMemory("Never share customer names in replies.", kind="constraint"),
+    ],
+}
+RULES = StandingPolicy(slots=2, min_similarity=-1.0, few=0, margin=1.0)  # rules get in
+
+
+@dataclass
+class Counted:
+    """Searches the child answered (`ok`) and ones it could not (`down`), `cancelled`
+    ones whose caller gave up while the exchange was under way, and forget's syncs."""
+
+    ok: int = 0
+    down: int = 0
+    cancelled: int = 0
+    syncs: int = 0
+
+
+def count_searches(store: SQLiteStore) -> Counted:
+    """Wrap the store's own SearchProcess.search and .sync on the instance (the real
+    calls still run) to see which recalls the child answered."""
+    process = store._search
+    assert process is not None
+    counted = Counted()
+    search, sync = process.search, process.sync
+
+    async def counting_search(request: Any) -> list[Recalled]:
+        try:
+            result = await search(request)
+        except SearchProcessDown:
+            counted.down += 1
+            raise
+        except asyncio.CancelledError:
+            counted.cancelled += 1
+            raise
+        counted.ok += 1
+        return result
+
+    async def counting_sync(tenant: str) -> None:
+        await sync(tenant)
+        counted.syncs += 1
+
+    process.search = counting_search  # type: ignore[method-assign]
+    process.sync = counting_sync  # type: ignore[method-assign]
+    return counted
+
+
+@dataclass
+class World:
+    loop: asyncio.AbstractEventLoop
+    db: Path
+    plain: SQLiteStore
+    remote: SQLiteStore
+    counted: Counted
+
+    def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        return self.loop.run_until_complete(coro)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: Any, embedder: Any) -> Iterator[World]:
+    loop = asyncio.new_event_loop()
+    db = tmp_path_factory.mktemp("search-process") / "memory.db"
+    plain = loop.run_until_complete(SQLiteStore.open(db, embedder))
+    for tenant, spaces in (("acme", ACME), ("globex", GLOBEX)):
+        for space, items in spaces.items():
+            loop.run_until_complete(plain.add_many(tenant, space, items))
+    remote = loop.run_until_complete(SQLiteStore.open(db, embedder, search_process=True))
+    counted = count_searches(remote)
+    yield World(loop, db, plain, remote, counted)
+    loop.run_until_complete(remote.close())
+    loop.run_until_complete(plain.close())
+    loop.close()
+
+
+def same_value(got: Any, want: Any) -> bool:
+    if isinstance(want, float) and isinstance(got, float):
+        return abs(got - want) <= 1e-6
+    if isinstance(want, dict) and isinstance(got, dict):
+        return got.keys() == want.keys() and all(same_value(got[k], want[k]) for k in want)
+    if isinstance(want, list | tuple) and isinstance(got, list | tuple):
+        return len(got) == len(want) and all(map(same_value, got, want))
+    return bool(got == want)
+
+
+def assert_same(got: list[Recalled], want: list[Recalled], label: Any = "") -> None:
+    """Same memories in the same order, scores to 1e-6, same breakdowns."""
+    assert [r.memory.id for r in got] == [r.memory.id for r in want], label
+    for g, w in zip(got, want, strict=True):
+        assert g.memory == w.memory, label
+        assert abs(g.score - w.score) <= 1e-6, (label, g.score, w.score)
+        assert same_value(g.breakdown, w.breakdown), (label, g.breakdown, w.breakdown)
+
+
+def pid_gone(pid: int) -> bool:
+    """No such process, or a zombie (exited, not yet reaped by whoever adopted it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+def wait_until(check: Callable[[], bool], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return check()
+
+
+# -- 1. same answer ------------------------------------------------------------------
+
+NO_TERMS = "and then what was that"
+SAME_ANSWER_QUERIES = [
+    RecallQuery("acme", ["work"], "Which language are our backend services written in?"),
+    RecallQuery("acme", ["work", "home", "shared"], "Where does the user live?", top_k=5),
+    RecallQuery("acme", ["home", "shared"], "What should I cook for dinner tonight?", top_k=3),
+    RecallQuery("acme", ["work", "shared"], "When can we deploy to production?", top_k=4),
+    RecallQuery(
+        "acme",
+        ["work", "home", "shared"],
+        "Tell me about the user",
+        kinds=["preference", "constraint"],
+    ),
+    RecallQuery("acme", ["work", "home", "shared"], "What do you know about me?", subject="user"),
+    RecallQuery("acme", ["work", "home"], "Suggest a weekend plan for me", top_k=4, standing=RULES),
+    RecallQuery(
+        "acme", ["work", "home", "shared"], "How should I write this reply?", standing=RULES
+    ),
+    RecallQuery("acme", ["work"], "review the deploy", top_k=3, standing=StandingPolicy()),
+    RecallQuery("acme", ["work", "home"], "Go backend team Lyon", use_vector=False),
+    RecallQuery("acme", ["work", "home", "shared"], "cats", use_vector=False, top_k=2),
+    RecallQuery("acme", ["work", "home", "shared"], "Which city is home?", use_text=False),
+    RecallQuery("acme", ["work", "home", "shared"], NO_TERMS, top_k=6),
+    RecallQuery("acme", ["home"], NO_TERMS, top_k=6, standing=RULES),
+    RecallQuery("globex", ["work"], "Which language are our backend services written in?"),
+    RecallQuery("globex", ["work"], "How should I reply about customers?", standing=RULES),
+    RecallQuery("globex", ["home"], "Where does the user live?"),  # a space it never wrote
+    RecallQuery("initech", ["work"], "Which language are our backend services written in?"),
+]
+
+
+def test_the_child_answers_exactly_as_in_process(world: World) -> None:
+    assert query_terms(clean_query(NO_TERMS)) == []  # the no-terms queries have none
+    status = world.remote.search_status()
+    assert status is not None and status["up"] and status["pid"] != os.getpid()
+    assert world.plain.search_status() is None
+    before = world.counted.ok
+    answers = []
+    for query in SAME_ANSWER_QUERIES:
+        want = world.run(world.plain.recall(query))
+        got = world.run(world.remote.recall(query))
+        assert_same(got, want, query)
+        answers.append(got)
+    # Every recall was answered by the child, none fell back.
+    assert world.counted.ok - before == len(SAME_ANSWER_QUERIES)
+    assert world.counted.down == 0
+    # The comparison has teeth: the filters, the standing rules and both sides mattered.
+    by_query = dict(zip(map(id, SAME_ANSWER_QUERIES), answers, strict=True))
+
+    def found(i: int) -> list[Recalled]:
+        return by_query[id(SAME_ANSWER_QUERIES[i])]
+
+    assert all(found(i) for i in range(len(SAME_ANSWER_QUERIES) - 2))
+    assert found(-1) == [] and found(-2) == []  # nobody's memories for another scope
+    assert {r.memory.kind for r in found(4)} <= {"preference", "constraint"}
+    assert {r.memory.subject for r in found(5)} == {"user"}
+    assert any(r.breakdown.get("standing_slot") for r in found(6))
+    assert {r.memory.space for r in found(2)} <= {"home", "shared"}
+    assert {r.memory.id for r in found(0)}.isdisjoint({r.memory.id for r in found(14)})
+
+
+# -- 2. read your writes -------------------------------------------------------------
+
+
+def test_writes_are_seen_at_once_through_the_child(world: World) -> None:
+    remote, plain, counted, run = world.remote, world.plain, world.counted, world.run
+    tenant = "rw"
+    coffee = run(remote.add(tenant, "main", NewMemory("The coffee machine is on floor two.")))
+
+    def recall(text: str, **options: Any) -> list[Recalled]:
+        """The child's answer (checked to be the child's, and the in-process one)."""
+        query = RecallQuery(tenant, ["main"], text, top_k=10, **options)
+        before = counted.ok
+        got = run(remote.recall(query))
+        assert counted.ok == before + 1  # the child answered
+        assert_same(got, run(plain.recall(query)), query)
+        return got
+
+    def first(text: str) -> str:
+        """The best memory by its vector alone (no full-text side to find it instead)."""
+        return recall(text, use_text=False)[0].memory.id
+
+    def ids(text: str) -> set[str]:
+        """Everything the child returns for `text`, by vector alone, by text alone, both."""
+        found: set[str] = set()
+        for options in ({"use_text": False}, {"use_vector": False}, {}):
+            found |= {r.memory.id for r in recall(text, **options)}
+        return found
+
+    assert first("Where is the coffee machine?") == coffee.id  # the child holds the tenant
+
+    # A write through the store itself: found by its vector alone, at once.
+    falcon = run(remote.add(tenant, "main", NewMemory("The staging server Falcon runs in Oslo.")))
+    assert first("Where does the staging server Falcon run?") == falcon.id
+    # Another writer's (a second store object on the file, as the CLI would be).
+    heron = run(plain.add(tenant, "main", NewMemory("Heron is the name of the build robot.")))
+    assert first("What is the name of the build robot?") == heron.id
+
+    # Superseded, through either: the replacement found, the old one never again.
+    moved = NewMemory("The staging server Falcon moved to Bergen.")
+    _, falcon2 = run(remote.supersede(tenant, falcon.id, moved, "moved"))
+    assert first("Where does the staging server Falcon run?") == falcon2.id
+    assert falcon.id not in ids("The staging server Falcon runs in Oslo.")
+    renamed = NewMemory("Kestrel is the name of the build robot.")
+    _, heron2 = run(plain.supersede(tenant, heron.id, renamed, "renamed"))
+    assert first("What is the name of the build robot?") == heron2.id
+    assert heron.id not in ids("Heron is the name of the build robot.")
+
+    # Retired and forgotten, through either: never returned.
+    run(plain.retire(tenant, falcon2.id, "decommissioned"))
+    assert falcon2.id not in ids("The staging server Falcon moved to Bergen.")
+    syncs = counted.syncs
+    run(remote.forget(tenant, heron2.id, "asked"))
+    assert counted.syncs == syncs + 1  # forget had the child drop the vector at once
+    assert heron2.id not in ids("Kestrel is the name of the build robot.")
+    parrot = run(remote.add(tenant, "main", NewMemory("The parrot in reception is called Kiwi.")))
+    assert first("What is the parrot in reception called?") == parrot.id
+    run(plain.forget(tenant, parrot.id, "asked"))
+    assert parrot.id not in ids("The parrot in reception is called Kiwi.")
+    run(remote.retire(tenant, coffee.id, "moved out"))
+    assert ids("Where is the coffee machine?") == set()  # nothing active is left
+
+
+# -- 3. tenants ----------------------------------------------------------------------
+
+TWIN_TEXTS = [
+    "The launch code word is Bluebird.",
+    "Our biggest customer is Northwind Traders.",
+    "The user prefers dark mode in every editor.",
+    "Never mention the acquisition talks.",
+]
+
+
+def test_tenants_never_get_each_others_memories(world: World) -> None:
+    remote, plain, counted, run = world.remote, world.plain, world.counted, world.run
+    # Identical texts, space and kinds (so identical vectors), one tenant through each store.
+    twins = [NewMemory(t, kind="constraint" if "Never" in t else "fact") for t in TWIN_TEXTS]
+    a_ids = {m.id for m in run(plain.add_many("iso-a", "main", twins))}
+    b_ids = {m.id for m in run(remote.add_many("iso-b", "main", twins))}
+    secret = run(remote.add("iso-a", "main", NewMemory("The vault combination is 4-8-15-16.")))
+    a_ids.add(secret.id)
+    texts = [*TWIN_TEXTS, secret.content, "What is the vault combination?", "customer code word"]
+    queries = [
+        RecallQuery(tenant, ["main"], text, top_k=10, **options)
+        for tenant in ("iso-a", "iso-b")
+        for text in texts
+        for options in ({}, {"use_text": False}, {"use_vector": False}, {"standing": RULES})
+    ]
+    before = counted.ok
+
+    async def all_at_once() -> list[list[Recalled]]:
+        return list(await asyncio.gather(*(remote.recall(q) for q in queries)))
+
+    for answers in ([run(remote.recall(q)) for q in queries], run(all_at_once())):
+        for query, got in zip(queries, answers, strict=True):
+            found = {r.memory.id for r in got}
+            own, other = (a_ids, b_ids) if query.tenant == "iso-a" else (b_ids, a_ids)
+            assert found <= own and not found & other, query
+            if query.text in TWIN_TEXTS:
+                assert found, query  # each tenant gets its own twin
+    assert counted.ok - before == 2 * len(queries)
+    # B asking for A's secret in A's words gets nothing of A's; a new tenant gets nothing.
+    asked = run(remote.recall(RecallQuery("iso-b", ["main"], secret.content, top_k=10)))
+    assert secret.id not in {r.memory.id for r in asked}
+    assert run(remote.recall(RecallQuery("iso-c", ["main"], secret.content, top_k=10))) == []
+
+
+# -- 4. the child killed -------------------------------------------------------------
+
+
+def test_a_killed_child_is_replaced_and_recall_goes_on(world: World, embedder: Any) -> None:
+    run = world.run
+    store = run(SQLiteStore.open(world.db, embedder, search_process=True))
+    try:
+        counted = count_searches(store)
+        queries = SAME_ANSWER_QUERIES[:8]
+        want = [run(world.plain.recall(q)) for q in queries]
+        first = store.search_status()
+        assert first is not None and first["up"] and first["restarts"] == 0
+        os.kill(first["pid"], signal.SIGKILL)
+        # Right after: every recall still answers, the same, in-process.
+        for query, expected in zip(queries, want, strict=True):
+            assert_same(run(store.recall(query)), expected, query)
+        assert counted.down >= 1  # the first one found the child gone
+
+        async def together() -> list[list[Recalled]]:
+            return list(await asyncio.gather(*(store.recall(q) for q in queries)))
+
+        for got, expected in zip(run(together()), want, strict=True):
+            assert_same(got, expected)
+
+        def replaced() -> bool:
+            run(asyncio.sleep(0.05))  # the supervisor runs on this loop
+            now = store.search_status()
+            return bool(now and now["up"] and now["pid"] != first["pid"])
+
+        assert wait_until(replaced, 10), store.search_status()
+        second = store.search_status()
+        assert second is not None
+        assert second["restarts"] == 1 and second["last_exit"] == -signal.SIGKILL
+        assert pid_gone(first["pid"])
+        # Later recalls go to the new child.
+        ok = counted.ok
+        for query, expected in zip(queries, want, strict=True):
+            assert_same(run(store.recall(query)), expected, query)
+        assert counted.ok == ok + len(queries)
+        assert store.search_status() == second
+    finally:
+        run(store.close())
+
+
+# -- 5. callers giving up ------------------------------------------------------------
+
+
+def test_callers_giving_up_never_cross_wire_answers(world: World) -> None:
+    remote, counted, run = world.remote, world.counted, world.run
+    everything = ["work", "home", "shared"]
+    queries = [
+        RecallQuery("acme", everything, m.content, top_k=3)
+        for items in ACME.values()
+        for m in items
+    ]
+    want = {q.text: run(world.plain.recall(q)) for q in queries}
+    # Every query has an answer of its own: a cross-wired one cannot pass for it.
+    assert len({tuple(r.memory.id for r in w) for w in want.values()}) == len(queries)
+    # Each query once through the child: the same answer, and its vector now cached, so
+    # below every recall goes straight to the exchange (no embedding batch to wait for,
+    # whose companions would change the query vector slightly).
+    for query in queries:
+        assert_same(run(remote.recall(query)), want[query.text], query.text)
+    pid = remote.search_status()["pid"]  # type: ignore[index]
+    rng = random.Random(20261201)
+
+    async def storm() -> list[tuple[RecallQuery, Any]]:
+        loop = asyncio.get_running_loop()
+        asked = rng.choices(queries, k=3 * len(queries))
+        tasks = []
+        for query in asked:
+            if rng.random() < 0.4:  # gives up after a tiny budget
+                coro = asyncio.wait_for(remote.recall(query), rng.uniform(0.0, 0.004))
+            else:
+                coro = remote.recall(query)
+            task = asyncio.ensure_future(coro)
+            if rng.random() < 0.25:  # cancelled from outside, a moment later
+                loop.call_later(rng.uniform(0.0, 0.006), task.cancel)
+            tasks.append(task)
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        return list(zip(asked, results, strict=True))
+
+    completed = gave_up = 0
+    for _ in range(4):
+        for query, result in run(storm()):
+            if isinstance(result, asyncio.CancelledError | TimeoutError):
+                gave_up += 1
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                assert_same(result, want[query.text], query.text)
+                completed += 1
+    assert completed > 20 and gave_up > 20
+    assert counted.cancelled > 5  # callers that left while their exchange was under way
+    assert counted.down == 0
+    # The child never noticed: same process, no restart.
+    run(asyncio.sleep(0.3))  # the abandoned exchanges finish on their own
+    status = remote.search_status()
+    assert status is not None and status["up"] and status["pid"] == pid
+    assert status["restarts"] == 0
+    # No channel lost or left holding an answer: more recalls than channels, one at a
+    # time and all at once, each answered by the child, each with its own answer.
+    ok = counted.ok
+    for query in queries[: 2 * CHANNELS + 1]:
+        got = run(asyncio.wait_for(remote.recall(query), 10))
+        assert_same(got, want[query.text], query.text)
+
+    async def all_at_once() -> list[list[Recalled]]:
+        return list(await asyncio.gather(*(remote.recall(q) for q in queries)))
+
+    for query, got in zip(queries, run(asyncio.wait_for(all_at_once(), 20)), strict=True):
+        assert_same(got, want[query.text], query.text)
+    assert counted.ok == ok + 2 * CHANNELS + 1 + len(queries)
+    assert counted.down == 0
+
+
+# -- 6. no orphan --------------------------------------------------------------------
+
+
+def test_close_leaves_no_child(world: World, embedder: Any) -> None:
+    run = world.run
+    store = run(SQLiteStore.open(world.db, embedder, search_process=True))
+    pid = store.search_status()["pid"]  # type: ignore[index]
+    assert not pid_gone(pid)
+    started = time.monotonic()
+    run(store.close())
+    assert time.monotonic() - started < 4  # it left on its own, not killed after a wait
+    assert wait_until(lambda: pid_gone(pid), 5)
+    status = store.search_status()
+    assert status is not None and not status["up"] and status["pid"] is None
+
+
+PARENT = textwrap.dedent(
+    """
+    import asyncio, sys
+    from memory_core import FastEmbedEmbedder, SQLiteStore
+
+    async def main():
+        store = await SQLiteStore.open(sys.argv[1], FastEmbedEmbedder(), search_process=True)
+        print(store.search_status()["pid"], flush=True)
+        await asyncio.sleep(600)
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_a_killed_parent_leaves_no_child(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(tmp_path / "memory.db")],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    child = None
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        assert not pid_gone(child)
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(10)
+        assert wait_until(lambda: pid_gone(child), 5)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        if child is not None and not pid_gone(child):
+            os.kill(child, signal.SIGKILL)  # the orphan this test found
+
+
+# -- 7. through the proxy ------------------------------------------------------------
+
+
+def test_the_proxy_recalls_through_the_child(memory_proxy: Any, fake: Any) -> None:
+    made: list[tuple[SQLiteStore, Counted]] = []
+
+    def store_class(path: Any, model: Any) -> SQLiteStore:
+        store = SQLiteStore(path, model, search_process=True)
+        made.append((store, count_searches(store)))
+        return store
+
+    server, seed = memory_proxy(store_class=store_class)
+    seed.add("acme", "default", "The user lives in Paris")
+    client = openai.OpenAI(
+        base_url=server.url + "/v1",
+        api_key="sk-test",
+        max_retries=0,
+        default_headers={"X-Memrelay-Tenant": "acme"},
+    )
+    response = client.chat.completions.with_raw_response.create(
+        model="m", messages=[{"role": "user", "content": "Where do I live?"}]
+    )
+    assert response.headers["x-memrelay-recall-status"] == "ok"
+    assert response.headers["x-memrelay-recalled"] == "1"
+    system = fake.chat_requests()[-1].json()["messages"][0]
+    assert system["role"] == "system" and "- The user lives in Paris" in system["content"]
+    [(store, counted)] = made
+    assert counted.ok == 1 and counted.down == 0
+    status = store.search_status()
+    assert status is not None and status["up"]
+    # The server's shutdown takes its child with it.
+    server.__exit__(None, None, None)
+    assert wait_until(lambda: pid_gone(status["pid"]), 5)
