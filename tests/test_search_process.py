@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
@@ -491,6 +492,26 @@ def test_callers_giving_up_never_cross_wire_answers(world: World) -> None:
         assert_same(got, want[query.text], query.text)
     assert counted.ok == ok + 2 * CHANNELS + 1 + len(queries)
     assert counted.down == 0
+
+
+# -- another event loop ---------------------------------------------------------------
+
+
+def test_a_recall_from_another_loop_searches_in_process(world: World) -> None:
+    """The child's streams live on the loop that started it: a recall from another loop
+    (a thread of its own) searches in-process, with the same answer."""
+    query = SAME_ANSWER_QUERIES[1]
+    want = world.run(world.plain.recall(query))
+    ok, down = world.counted.ok, world.counted.down
+    got: list[Any] = []
+    thread = threading.Thread(target=lambda: got.append(asyncio.run(world.remote.recall(query))))
+    thread.start()
+    thread.join(30)
+    assert len(got) == 1
+    assert_same(got[0], want, query)
+    assert (world.counted.ok, world.counted.down) == (ok, down)  # the child was not asked
+    assert_same(world.run(world.remote.recall(query)), want, query)  # and still is, here
+    assert world.counted.ok == ok + 1
 
 
 # -- 6. no orphan --------------------------------------------------------------------
