@@ -25,7 +25,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ import pytest
 from memory_core import NewMemory, RecallQuery, SQLiteStore
 from memory_core.recall import Recalled, clean_query, query_terms
 from memory_core.sqlite.search_process import CHANNELS, SearchProcessDown
+from memory_core.sqlite.tenant_bm25 import TermHits
 from memory_core.standing_rules import StandingPolicy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -319,6 +320,37 @@ def test_writes_are_seen_at_once_through_the_child(world: World) -> None:
     assert parrot.id not in ids("The parrot in reception is called Kiwi.")
     run(remote.retire(tenant, coffee.id, "moved out"))
     assert ids("Where is the coffee machine?") == set()  # nothing active is left
+
+
+def test_common_terms_kept_by_the_child_follow_writes(world: World) -> None:
+    """A term in at least TermHits.MIN_MATCHES memories has its postings kept (in the
+    child too, shared by its threads) until the tenant's next write: a memory added by
+    another writer is found by that term alone at once, a forgotten one is gone."""
+    remote, plain, counted, run = world.remote, world.plain, world.counted, world.run
+    nouns = ["budget", "roadmap", "hiring", "design", "testing", "launch", "pricing"]
+    items = [
+        NewMemory(f"Project update {i}: the {nouns[i % len(nouns)]} work is on track.")
+        for i in range(TermHits.MIN_MATCHES + 20)
+    ]
+    run(plain.add_many("big", "main", items))
+    query = RecallQuery("big", ["main"], "project", use_vector=False, top_k=5)
+    both = replace(query, text="project hiring track", use_vector=True)
+
+    def recall(q: RecallQuery) -> list[Recalled]:
+        before = counted.ok
+        got = run(remote.recall(q))
+        assert counted.ok == before + 1
+        assert_same(got, run(plain.recall(q)), q)
+        return got
+
+    for _ in range(2):  # the second time from the kept postings
+        assert len(recall(query)) == 5
+        assert recall(both)
+    loud = run(plain.add("big", "main", NewMemory("Project, project, project!")))
+    assert recall(query)[0].memory.id == loud.id
+    run(remote.forget("big", loud.id, "asked"))
+    assert loud.id not in {r.memory.id for r in recall(query)}
+    assert loud.id not in {r.memory.id for r in recall(both)}
 
 
 # -- 3. tenants ----------------------------------------------------------------------
