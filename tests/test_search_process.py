@@ -421,12 +421,7 @@ def test_a_killed_child_is_replaced_and_recall_goes_on(world: World, embedder: A
         for got, expected in zip(run(together()), want, strict=True):
             assert_same(got, expected)
 
-        def replaced() -> bool:
-            run(asyncio.sleep(0.05))  # the supervisor runs on this loop
-            now = store.search_status()
-            return bool(now and now["up"] and now["pid"] != first["pid"])
-
-        assert wait_until(replaced, 10), store.search_status()
+        assert wait_until(lambda: _replaced(run, store, first["pid"]), 10), store.search_status()
         second = store.search_status()
         assert second is not None
         assert second["restarts"] == 1 and second["last_exit"] == -signal.SIGKILL
@@ -437,7 +432,49 @@ def test_a_killed_child_is_replaced_and_recall_goes_on(world: World, embedder: A
             assert_same(run(store.recall(query)), expected, query)
         assert counted.ok == ok + len(queries)
         assert store.search_status() == second
+
+        # Killed again with recalls in flight (sent, or waiting for a channel): each
+        # of them still gets its own answer, in-process.
+        burst = queries * 2
+        down = counted.down
+
+        async def killed_during() -> list[list[Recalled]]:
+            tasks = [asyncio.ensure_future(store.recall(q)) for q in burst]
+            await asyncio.sleep(0.001)  # the first exchanges are under way
+            os.kill(second["pid"], signal.SIGKILL)
+            return list(await asyncio.wait_for(asyncio.gather(*tasks), 20))
+
+        for query, got in zip(burst, run(killed_during()), strict=True):
+            assert_same(got, want[queries.index(query)], query)
+        assert counted.down > down
+        assert wait_until(lambda: _replaced(run, store, second["pid"]), 10)
+        assert store.search_status()["restarts"] == 2  # type: ignore[index]
     finally:
+        run(store.close())
+
+
+def _replaced(run: Callable[[Any], Any], store: SQLiteStore, old_pid: int) -> bool:
+    run(asyncio.sleep(0.05))  # the supervisor runs on the store's loop
+    status = store.search_status()
+    return bool(status and status["up"] and status["pid"] != old_pid)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="GAP (reported): a hung, not dead, search process stalls every recall; there"
+    " is no deadline on an exchange and no liveness check, so no in-process fallback",
+)
+def test_a_hung_child_does_not_stall_recall(world: World, embedder: Any) -> None:
+    run = world.run
+    store = run(SQLiteStore.open(world.db, embedder, search_process=True))
+    pid = store.search_status()["pid"]  # type: ignore[index]
+    query = SAME_ANSWER_QUERIES[0]
+    want = run(world.plain.recall(query))
+    os.kill(pid, signal.SIGSTOP)  # stuck: alive, its sockets open, answering nothing
+    try:
+        assert_same(run(asyncio.wait_for(store.recall(query), 3)), want, query)
+    finally:
+        os.kill(pid, signal.SIGCONT)
         run(store.close())
 
 
