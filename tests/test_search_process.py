@@ -672,3 +672,41 @@ def test_the_proxy_recalls_through_the_child(memory_proxy: Any, fake: Any) -> No
     # The server's shutdown takes its child with it.
     server.__exit__(None, None, None)
     assert wait_until(lambda: pid_gone(status["pid"]), 5)
+
+
+def search_children(db: Path) -> list[int]:
+    """This process's children that are search processes of `db`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == os.getpid() and b"memory_core.sqlite.search_worker" in argv:
+            if str(db).encode() in argv:
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_serve_on_sqlite_searches_in_a_child_by_default(
+    tmp_path: Path, fake_url: str, on: bool
+) -> None:
+    """The proxy built from settings alone (as `serve` builds it): the setting is on by
+    default and reaches the SQLite store; off, no child."""
+    from proxy.settings import Settings
+    from proxy.wiring import build_app
+    from tests.servers import ServedApp
+
+    db = tmp_path / "memory.db"
+    options = {} if on else {"search_process": False}
+    settings = Settings(upstream_url=fake_url, db=db, extraction_workers=0, **options)
+    assert Settings.model_fields["search_process"].default is True
+    with ServedApp(build_app(settings)):
+        children = search_children(db)
+        assert len(children) == (1 if on else 0)
+    assert all(wait_until(lambda pid=pid: pid_gone(pid), 5) for pid in children)
