@@ -10,7 +10,10 @@ One child per store costs about a second to start, so the checks that leave the 
 as they found it share one module-wide pair of stores on one file: `remote` (search
 process) and `plain` (in-process, and the "other writer"). Each check uses tenants of
 its own. How many searches the child answered is counted by wrapping the store's own
-`SearchProcess.search` on the instance (the real call, counted).
+`SearchProcess` methods on the instance (the real calls, counted).
+
+A gap found here is kept as a strict xfail: a child that hangs (alive, answering
+nothing) stalls recall, since only an exit makes the store search in-process.
 """
 
 from __future__ import annotations
@@ -246,18 +249,12 @@ def test_the_child_answers_exactly_as_in_process(world: World) -> None:
     assert world.counted.ok - before == len(SAME_ANSWER_QUERIES)
     assert world.counted.down == 0
     # The comparison has teeth: the filters, the standing rules and both sides mattered.
-    by_query = dict(zip(map(id, SAME_ANSWER_QUERIES), answers, strict=True))
-
-    def found(i: int) -> list[Recalled]:
-        return by_query[id(SAME_ANSWER_QUERIES[i])]
-
-    assert all(found(i) for i in range(len(SAME_ANSWER_QUERIES) - 2))
-    assert found(-1) == [] and found(-2) == []  # nobody's memories for another scope
-    assert {r.memory.kind for r in found(4)} <= {"preference", "constraint"}
-    assert {r.memory.subject for r in found(5)} == {"user"}
-    assert any(r.breakdown.get("standing_slot") for r in found(6))
-    assert {r.memory.space for r in found(2)} <= {"home", "shared"}
-    assert {r.memory.id for r in found(0)}.isdisjoint({r.memory.id for r in found(14)})
+    assert all(answers[:-2]) and answers[-2:] == [[], []]  # nothing for a scope never written
+    assert {r.memory.kind for r in answers[4]} <= {"preference", "constraint"}
+    assert {r.memory.subject for r in answers[5]} == {"user"}
+    assert any(r.breakdown.get("standing_slot") for r in answers[6])
+    assert {r.memory.space for r in answers[2]} <= {"home", "shared"}
+    assert {r.memory.tenant for r in answers[14]} == {"globex"}
 
 
 # -- 2. read your writes -------------------------------------------------------------
