@@ -636,6 +636,37 @@ def test_a_killed_parent_leaves_no_child(tmp_path: Path) -> None:
             os.kill(child, signal.SIGKILL)  # the orphan this test found
 
 
+def test_the_child_imports_the_package_from_where_the_parent_did(tmp_path: Path) -> None:
+    """A parent run as `python -c` in a checkout imports memrelay from the working
+    directory ('' on sys.path); its child must too, not another installed copy."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(tmp_path / "memory.db")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    child = None
+    try:
+        assert parent.stdout is not None and parent.stderr is not None
+        line = parent.stdout.readline()
+        if not line.strip().isdigit():
+            parent.kill()
+            raise AssertionError("the store did not open:\n" + parent.stderr.read()[-2000:])
+        child = int(line)
+        environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+        path = next(v for v in environ if v.startswith(b"PYTHONPATH=")).split(b"=", 1)[1]
+        assert str(ROOT).encode() in path.split(os.pathsep.encode())
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        parent.wait()
+        if child is not None:
+            assert wait_until(lambda: pid_gone(child), 5)
+
+
 # -- 7. through the proxy ------------------------------------------------------------
 
 
