@@ -475,6 +475,28 @@ def test_a_hung_child_does_not_stall_recall(world: World, embedder: Any) -> None
         run(store.close())
 
 
+def test_ctrl_c_is_for_the_parent_to_act_on(world: World, embedder: Any) -> None:
+    """Ctrl-C in a terminal sends SIGINT to the whole foreground process group, child
+    included. The server shuts down gracefully and closes its child; the child must not
+    die of it first (a KeyboardInterrupt traceback, an error logged, a new child started
+    while the server stops)."""
+    run = world.run
+    store = run(SQLiteStore.open(world.db, embedder, search_process=True))
+    try:
+        counted = count_searches(store)
+        before = store.search_status()
+        assert before is not None
+        os.kill(before["pid"], signal.SIGINT)
+        run(asyncio.sleep(0.5))
+        assert not pid_gone(before["pid"])
+        assert store.search_status() == before  # same child, no restart
+        query = SAME_ANSWER_QUERIES[0]
+        assert_same(run(store.recall(query)), run(world.plain.recall(query)), query)
+        assert counted.ok == 1
+    finally:
+        run(store.close())
+
+
 # -- 5. callers giving up ------------------------------------------------------------
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import signal
 import socket
 import sys
 import threading
@@ -66,6 +67,9 @@ class Worker:
 
 def main(argv: list[str]) -> int:
     db, model, dim, *fds = argv
+    # Ctrl-C reaches the terminal's whole process group: the server stops and closes
+    # this process's sockets, which ends it (it never outlives the server either way).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, format="search process: %(message)s")
     single_threaded_blas()
     worker = Worker(Path(db), model, int(dim))
