@@ -121,8 +121,9 @@ class SearchProcess:
     async def _spawn(self) -> None:
         pairs = [socket.socketpair() for _ in range(self.channels)]
         child_fds = [theirs.fileno() for _, theirs in pairs]
-        # The child imports this package from where the parent did (a checkout, a venv).
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        # The child imports this package from where the parent did (a checkout, a venv);
+        # '' on the parent's path is its working directory (`python -c` in a checkout).
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(os.path.abspath, sys.path))}
         try:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,

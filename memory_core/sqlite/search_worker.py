@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import pickle
+import signal
 import socket
 import sys
 import threading
@@ -86,6 +87,11 @@ class Worker:
 
 def main(argv: list[str]) -> int:
     db, model, dim, *fds = argv
+    # Ctrl-C reaches the terminal's whole process group, and a service manager may send
+    # SIGTERM to the whole group too: the server stops and closes this process's sockets,
+    # which ends it (it never outlives the server either way).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     handler = logging.StreamHandler()
     handler.setFormatter(_JSONLines())
     logging.basicConfig(level=logging.WARNING, handlers=[handler])
