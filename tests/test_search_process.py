@@ -12,13 +12,14 @@ process) and `plain` (in-process, and the "other writer"). Each check uses tenan
 its own. How many searches the child answered is counted by wrapping the store's own
 `SearchProcess` methods on the instance (the real calls, counted).
 
-A gap found here is kept as a strict xfail: a child that hangs (alive, answering
-nothing) stalls recall, since only an exit makes the store search in-process.
+A child that hangs (alive, answering nothing) misses its heartbeat: it is killed and
+replaced, and the recalls waiting on it search in-process.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import signal
@@ -456,11 +457,6 @@ def _replaced(run: Callable[[Any], Any], store: SQLiteStore, old_pid: int) -> bo
     return bool(status and status["up"] and status["pid"] != old_pid)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="GAP (reported): a hung, not dead, search process stalls every recall; there"
-    " is no deadline on an exchange and no liveness check, so no in-process fallback",
-)
 def test_a_hung_child_does_not_stall_recall(world: World, embedder: Any) -> None:
     run = world.run
     store = run(SQLiteStore.open(world.db, embedder, search_process=True))
@@ -470,8 +466,15 @@ def test_a_hung_child_does_not_stall_recall(world: World, embedder: Any) -> None
     os.kill(pid, signal.SIGSTOP)  # stuck: alive, its sockets open, answering nothing
     try:
         assert_same(run(asyncio.wait_for(store.recall(query), 3)), want, query)
+        # the hung child was killed (a stopped process dies of SIGKILL) and replaced
+        assert wait_until(lambda: _replaced(run, store, pid), 15)
+        status = store.search_status()
+        assert status is not None and status["up"] and status["pid"] != pid, status
+        assert status["restarts"] == 1 and status["last_exit"] == -signal.SIGKILL, status
+        assert_same(run(store.recall(query)), want, query)
     finally:
-        os.kill(pid, signal.SIGCONT)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
         run(store.close())
 
 

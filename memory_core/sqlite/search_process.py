@@ -45,6 +45,8 @@ log = logging.getLogger("memrelay.memory")
 
 CHANNELS = 4  # searches in flight at once (threads in the child, as the store's readers)
 START_TIMEOUT_S = 60.0
+HUNG_AFTER_S = 1.0  # a search unanswered this long makes the parent ping the child
+PING_TIMEOUT_S = 1.0  # a child that does not answer a ping this fast is taken as hung
 RESTART_DELAYS_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)  # then 30 s between attempts
 
 
@@ -79,6 +81,8 @@ class SearchProcess:
         self._proc: asyncio.subprocess.Process | None = None
         self._free: asyncio.Queue[_Channel | None] | None = None
         self._open: list[_Channel] = []
+        self._heartbeat: _Channel | None = None  # a channel for `_alive` alone
+        self._ping_lock = asyncio.Lock()
         self._generation = 0
         self._up = False
         self._closing = False
@@ -119,7 +123,7 @@ class SearchProcess:
         }
 
     async def _spawn(self) -> None:
-        pairs = [socket.socketpair() for _ in range(self.channels)]
+        pairs = [socket.socketpair() for _ in range(self.channels + 1)]  # + the heartbeat
         child_fds = [theirs.fileno() for _, theirs in pairs]
         # The child imports this package from where the parent did (a checkout, a venv);
         # '' on the parent's path is its working directory (`python -c` in a checkout).
@@ -161,9 +165,10 @@ class SearchProcess:
             await proc.wait()
             raise
         free: asyncio.Queue[_Channel | None] = asyncio.Queue()
-        for channel in opened:
+        for channel in opened[:-1]:
             free.put_nowait(channel)
         self._proc, self._open, self._free = proc, opened, free
+        self._heartbeat = opened[-1]
         self._up = True
 
     async def _stop_child(self) -> None:
@@ -177,6 +182,7 @@ class SearchProcess:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             await proc.wait()
+        self.last_exit = proc.returncode
 
     def _kill(self) -> None:
         if self._proc is not None and self._proc.returncode is None:
@@ -189,6 +195,7 @@ class SearchProcess:
         for channel in self._open:
             channel.writer.close()
         self._open = []
+        self._heartbeat = None
         if self._free is not None:
             self._free.put_nowait(None)
 
@@ -266,7 +273,7 @@ class SearchProcess:
         try:
             channel.writer.write(payload)
             await channel.writer.drain()
-            reply = await read_frame_async(channel.reader)
+            reply = await self._answer(channel)
         except (OSError, EOFError, asyncio.IncompleteReadError) as exc:
             channel.broken = True
             raise SearchProcessDown("the search process went away mid-search") from exc
@@ -283,6 +290,57 @@ class SearchProcess:
         if kind != "ok":
             raise SearchFailed(str(value))
         return value
+
+    async def _answer(self, channel: _Channel) -> bytes:
+        """The answer on `channel`. While none comes, the child is asked every
+        HUNG_AFTER_S whether it is alive (a search may be slow: a cold load of a large
+        tenant); one that misses its heartbeat is killed (the supervisor starts a new
+        one) and the search goes in-process: a stopped or stuck child never holds recall
+        for longer than that."""
+        read = asyncio.ensure_future(read_frame_async(channel.reader))
+        try:
+            while True:
+                done, _ = await asyncio.wait({read}, timeout=HUNG_AFTER_S)
+                if done:
+                    return read.result()
+                if not await self._alive():
+                    channel.broken = True
+                    proc = self._proc
+                    log.error(
+                        "search process %s answered nothing for %.1f s and missed its"
+                        " heartbeat; killing it, searching in-process until it is back",
+                        proc.pid if proc is not None else "?",
+                        HUNG_AFTER_S,
+                    )
+                    self._kill()
+                    raise SearchProcessDown("the search process stopped answering")
+        finally:
+            if not read.done():
+                read.cancel()
+
+    async def _alive(self) -> bool:
+        """Whether the child answers a ping on its heartbeat channel within
+        PING_TIMEOUT_S (a thread of its own answers it, whatever the searches do)."""
+        beat = self._heartbeat
+        if beat is None or beat.broken:
+            return False
+        async with self._ping_lock:
+            if beat.broken:
+                return False
+            read = asyncio.ensure_future(read_frame_async(beat.reader))
+            try:
+                beat.writer.write(frame(pickle.dumps(("ping", None))))
+                await beat.writer.drain()
+                done, _ = await asyncio.wait({read}, timeout=PING_TIMEOUT_S)
+                if done and not read.exception():
+                    return True
+            except OSError:
+                pass
+            finally:
+                if not read.done():
+                    read.cancel()
+            beat.broken = True  # an answer may still come: the channel is never reused
+            return False
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:

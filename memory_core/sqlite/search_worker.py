@@ -76,6 +76,8 @@ class Worker:
             kind, value = pickle.loads(frame)
             if kind == "search":
                 return "ok", hybrid_search(conn, self.cache, self.term_hits, value)
+            if kind == "ping":  # the parent's heartbeat
+                return "ok", None
             if kind == "sync":  # drop what the parent forgot now, not at the next scan
                 self.cache.refresh(conn, value)
                 return "ok", None

@@ -43,7 +43,7 @@ from memory_core.sqlite import text_index
 from memory_core.sqlite.db import Connection, check_database_path, connect
 from memory_core.sqlite.hybrid_search import SearchRequest, hybrid_search
 from memory_core.sqlite.schema import migrate
-from memory_core.sqlite.search_process import SearchProcess, SearchProcessDown
+from memory_core.sqlite.search_process import SearchFailed, SearchProcess, SearchProcessDown
 from memory_core.sqlite.standing import standing_candidates
 from memory_core.sqlite.tenant_bm25 import TermHits
 from memory_core.sqlite.text_match import matching_docs
@@ -386,6 +386,8 @@ class SQLiteStore(EmbeddingStore):
                 return await remote.search(request)
             except SearchProcessDown:
                 log.warning("search process went away; this recall searches in-process")
+            except SearchFailed as exc:  # memory stays on: the readers try it too
+                log.error("search failed in the search process (%s); searching in-process", exc)
         cache, term_hits = self._cache, self._term_hits
         text_hits = text_job.result if text_job is not None else None
         return await self.run_read(

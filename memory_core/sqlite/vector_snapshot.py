@@ -127,7 +127,7 @@ class SnapshotDir:
                 "files": files,
                 "generation": generation,
             }
-            tmp = folder / "meta.json.tmp"
+            tmp = folder / f"meta.json.{os.getpid()}.tmp"  # the search process writes too
             tmp.write_text(json.dumps(meta))
             os.replace(tmp, folder / "meta.json")
             for path in folder.iterdir():
