@@ -1,11 +1,14 @@
 """The search process's side: `python -m memory_core.sqlite.search_worker DB MODEL DIM FD...`.
 
-Each inherited socket is served by a thread of its own with its own read-only SQLite
-connection; the threads share one vector copy (memory_core/sqlite/vector_cache.py),
-which brings itself up to date from the database's events before every scan, as the
-parent's does. A request is a pickled ("search", SearchRequest) or ("sync", tenant);
-the answer ("ok", value) or ("error", text). The process ends when its sockets close
-(the parent closed them, or died), so it never outlives the server that started it.
+Each inherited socket is served by a thread of its own with its own SQLite connection
+(it only reads: searches, and the events that keep its copy current); the threads share
+one vector copy (memory_core/sqlite/vector_cache.py), which brings itself up to date
+from the database's events before every scan, as the parent's does. A request is a
+pickled ("search", SearchRequest), ("sync", tenant) or ("ping", None) (the parent's
+heartbeat, on a socket of its own); the answer ("ok", value) or ("error", text). The
+process ends when its sockets close (the parent closed them, or died), so it never
+outlives the server that started it; SIGINT and SIGTERM sent to the whole process group
+are left to the server, which then closes them.
 """
 
 from __future__ import annotations
