@@ -98,7 +98,9 @@ class Recalled:
 
 def clean_query(text: str) -> str:
     """Printable text only, capped; the newest (last) part is kept when it is too long."""
-    text = "".join(ch if ch.isprintable() else " " for ch in text or "")
+    text = text or ""
+    if not text.isprintable():  # a per-character pass only when there is something to drop
+        text = "".join(ch if ch.isprintable() else " " for ch in text)
     text = " ".join(text.split())
     return text[-MAX_QUERY_CHARS:]
 
@@ -116,6 +118,8 @@ def query_terms(text: str) -> list[str]:
 
 
 def fold(text: str) -> str:
+    if text.isascii():  # nothing to decompose: the common case, without a per-character pass
+        return text.lower()
     decomposed = unicodedata.normalize("NFKD", text.lower())
     return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
 
