@@ -2,31 +2,22 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
-import time
 from typing import Any
 
+from memory_core.json_logs import JSONLines
 from proxy.edge.identity import LOG_FIELDS
 from proxy.relay.timing import REQUEST_ID_VAR
 
 
-class JSONFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        entry = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(),
-            "logger": record.name,
+class JSONFormatter(JSONLines):
+    def fields(self, record: logging.LogRecord) -> dict[str, Any]:
+        return {
             "request_id": REQUEST_ID_VAR.get(),
             "key_id": LOG_FIELDS.get()[0],  # from the edge's decision, never a raw header
             "tenant": LOG_FIELDS.get()[1],
-            "message": record.getMessage(),
         }
-        if record.exc_info:
-            entry["error"] = self.formatException(record.exc_info)
-        return json.dumps(entry, ensure_ascii=False)
 
 
 class CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]

@@ -13,7 +13,6 @@ are left to the server, which then closes them.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import pickle
@@ -21,11 +20,11 @@ import signal
 import socket
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 from memory_core.blas import single_threaded_blas
+from memory_core.json_logs import JSONLines
 from memory_core.sqlite.db import connect
 from memory_core.sqlite.hybrid_search import hybrid_search
 from memory_core.sqlite.search_frames import read_frame, write_frame
@@ -36,21 +35,9 @@ from memory_core.sqlite.vector_snapshot import SnapshotDir
 log = logging.getLogger("memrelay.search")
 
 
-class _JSONLines(logging.Formatter):
-    """One JSON object a line, as the server logs (its formatter lives in `proxy`)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        entry = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "pid": os.getpid(),
-            "message": record.getMessage(),
-        }
-        if record.exc_info:
-            entry["error"] = self.formatException(record.exc_info)
-        return json.dumps(entry, ensure_ascii=False)
+class _ChildLines(JSONLines):
+    def fields(self, record: logging.LogRecord) -> dict[str, Any]:
+        return {"pid": os.getpid()}  # which process: the server logs the same way
 
 
 class Worker:
@@ -98,7 +85,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     handler = logging.StreamHandler()
-    handler.setFormatter(_JSONLines())
+    handler.setFormatter(_ChildLines())
     logging.basicConfig(level=logging.WARNING, handlers=[handler])
     single_threaded_blas()
     worker = Worker(Path(db), model, int(dim))

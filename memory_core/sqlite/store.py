@@ -92,17 +92,11 @@ class SQLiteStore(EmbeddingStore):
         )
 
     @classmethod
-    async def open(
-        cls,
-        path: Path | str,
-        embedder: Embedder,
-        readers: int = 4,
-        vector_cache: bool = True,
-        search_process: bool = False,
-    ) -> SQLiteStore:
-        """Open (creating or migrating) the database; `vector_cache` keeps KNN in memory;
-        `search_process` runs recall's search in a child process."""
-        store = cls(path, embedder, readers, vector_cache, search_process)
+    async def open(cls, path: Path | str, embedder: Embedder, **options: Any) -> SQLiteStore:
+        """Open (creating or migrating) the database; `options` as the constructor's
+        (`vector_cache` keeps KNN in memory, `search_process` runs recall's search in a
+        child process)."""
+        store = cls(path, embedder, **options)
         await store.start()
         return store
 
