@@ -65,13 +65,13 @@ class WordForgetter:
         self.jobs = jobs  # the queue (`JobQueue`), or None: no dead jobs to erase
         self.forget_one = forget_one
 
-    async def forget_request(
+    async def forget(
         self,
         tenant: str,
         spaces: list[str],
         request: str,
-        llm: LLMContext | None = None,
-        job_id: str | None = None,
+        llm: LLMContext | None,
+        job_id: str | None,
     ) -> list[Outcome]:
         """Forget what a request in the user's words means, or nothing.
 

@@ -363,4 +363,4 @@ class Reconciler:
     ) -> list[Outcome]:
         """Forget what a request in the user's words means, or nothing: every memory
         holding all its words, else the one the model picks (extraction/forget_words.py)."""
-        return await self.words.forget_request(tenant, spaces, request, llm, job_id)
+        return await self.words.forget(tenant, spaces, request, llm, job_id)
