@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from extraction.reconcile import FORGET_PAGE, Reconciler
+from extraction.forget_words import FORGET_PAGE
+from extraction.reconcile import Reconciler
 from memory_core import FastEmbedEmbedder, NewMemory, SQLiteStore
 
 SIZE, MATCHES = 20_000, 50

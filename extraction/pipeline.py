@@ -23,9 +23,10 @@ from typing import Any
 from extraction.commands import parse_commands
 from extraction.entities import EntityExtractor
 from extraction.facts import Extraction, Fact, read_extraction
+from extraction.forget_words import stems
 from extraction.llm import LLMClient, LLMError, TransientLLMError
 from extraction.prompts import FACT_SCHEMA, ExchangeInput, extract_messages
-from extraction.reconcile import LLMContext, Outcome, Reconciler, stems
+from extraction.reconcile import LLMContext, Outcome, Reconciler
 from memory_core.model import validate_id
 
 log = logging.getLogger("memrelay.extraction")

@@ -21,31 +21,25 @@ Guards, whatever the model says:
   memory the user's (`source` becomes `user`);
 - reinforcing twice from one job changes nothing (a retried job is idempotent).
 Retiring ("delete": no longer true, nothing replaces it) sets `expired`. Forgetting goes
-through `store.forget`, which also erases every version the memory superseded. Reasons
-written to memories and events are fixed text plus ids, never the user's words.
+through `store.forget`, which also erases every version the memory superseded; what a
+forget in words reaches is extraction/forget_words.py. Reasons written to memories and
+events are fixed text plus ids, never the user's words.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
-import snowballstemmer
-
 from extraction.facts import Fact
+from extraction.forget_words import WordForgetter
 from extraction.llm import LLMClient, LLMError
-from extraction.prompts import (
-    CHOOSE_SCHEMA,
-    CLASSIFY_SCHEMA,
-    RELATIONS,
-    choose_messages,
-    classify_messages,
-)
+from extraction.outcome import LLMContext, Outcome
+from extraction.prompts import CLASSIFY_SCHEMA, RELATIONS, classify_messages
 from memory_core.errors import InvalidTransition, NotFound
 from memory_core.model import Memory, normalise_content
-from memory_core.recall import STOPWORDS, RecallQuery, fold
+from memory_core.recall import STOPWORDS, RecallQuery
 
 log = logging.getLogger("memrelay.reconcile")
 
@@ -59,47 +53,9 @@ NEIGHBOURS = 4
 SEED_SIMILARITY = 0.35  # only a clearly related memory's neighbours (each costs a recall)
 NEIGHBOUR_SIMILARITY = 0.40
 RELATED_MAX = 16
-FORGET_MAX = 10  # recalled for a forget request; what the model may choose from
-FORGET_PAGE = 500  # memories holding every word, read per page of the full-text sweep
 SOURCE_RANK = {"assistant": 0, "user": 1, "import": 1, "admin": 2}
 FORGET_REASON = "forgotten at the user's request in a chat"
 RETIRE_REASON = "no longer true, said in a chat"
-# Words that never identify what to forget ("forget my old address" -> old, address).
-FORGET_FILLER = frozenset(
-    "my mine me i i'm about what said told you everything all please that thing things"
-    " mein meine meinen meiner dass alles mon ma mes que tout mi mis todo meu minha meus"
-    " minhas tudo".split()
-)
-_STEMMER = snowballstemmer.stemmer("porter")
-
-
-@dataclass
-class Outcome:
-    """What reconciliation did with one fact (or one forget / retire request)."""
-
-    action: str  # added, reinforced, superseded, unchanged, rejected, forgotten,
-    # not_forgotten, retired, skipped
-    memory_id: str | None = None
-    old_ids: list[str] = field(default_factory=list)
-    reason: str = ""
-    spaces: dict[str, str] = field(default_factory=dict)  # memory id -> its space
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "action": self.action,
-            "memory_id": self.memory_id,
-            "old_ids": self.old_ids,
-            "reason": self.reason,
-            "spaces": self.spaces,
-        }
-
-
-@dataclass
-class LLMContext:
-    """Which model and credentials the reconciler may use for one job."""
-
-    model: str | None = None
-    credentials: dict[str, str] = field(default_factory=dict)
 
 
 def _seen(memory: Memory, job_id: str | None) -> bool:
@@ -120,12 +76,6 @@ def _words(text: str | None) -> set[str]:
     return {w for w in re.findall(r"\w+", (text or "").casefold()) if w not in STOPWORDS}
 
 
-def stems(text: str | None, drop: frozenset[str] = frozenset()) -> set[str]:
-    """Folded, stemmed content words: "The user's addresses" -> {user, address}."""
-    words = re.findall(r"\w+", fold(text or ""))
-    return {_STEMMER.stemWord(w) for w in words if w not in STOPWORDS and w not in drop}
-
-
 def _same_value(a: str | None, b: str | None) -> bool:
     return normalise_content(a or "").casefold() == normalise_content(b or "").casefold()
 
@@ -135,14 +85,6 @@ def _unique(memories: list[Memory]) -> list[Memory]:
     return [m for m in memories if not (m.id in seen or seen.add(m.id))]
 
 
-def payload_text(payload: dict[str, Any]) -> str:
-    """What a job learns from: the exchange and the turns before it (`exchange_input`)."""
-    context = payload.get("context") or {}
-    turns = [t.get("text") for t in context.get("earlier_turns") or [] if isinstance(t, dict)]
-    parts = [payload.get("user"), payload.get("assistant"), context.get("previous_assistant")]
-    return "\n".join(str(p) for p in [*parts, *turns] if p)
-
-
 class Reconciler:
     def __init__(
         self, store: Any, llm: LLMClient | None, actor: str = "extraction", jobs: Any = None
@@ -150,7 +92,8 @@ class Reconciler:
         self.store = store
         self.llm = llm
         self.actor = actor
-        self.jobs = jobs  # the queue (`JobQueue`): a forget in words erases dead jobs' text
+        # jobs: the queue (`JobQueue`), for a forget in words to erase dead jobs' text
+        self.words = WordForgetter(store, llm, jobs, self.forget_memory)
 
     # -- facts ----------------------------------------------------------------------
 
@@ -418,80 +361,6 @@ class Reconciler:
         llm: LLMContext | None = None,
         job_id: str | None = None,
     ) -> list[Outcome]:
-        """Forget what a request in the user's words means, or nothing.
-
-        Every active memory of the readable spaces holding all the request's words ("my
-        alarm code" -> alarm, code; folded and stemmed) is forgotten, without a model,
-        however many there are and however they rank: those among the FORGET_MAX
-        recalled, then every one the full-text sweep finds (`_forget_holding`). When none holds
-        them all, the model may pick the one memory it clearly means among the recalled.
-        Dead jobs of these spaces whose text holds all the words lose their text first
-        (`_erase_dead_jobs`): retrying one would learn the forgotten fact again."""
-        wanted = stems(request, FORGET_FILLER)
-        if wanted:
-            await self._erase_dead_jobs(tenant, spaces, wanted, job_id)
-        results = await self.store.recall(
-            RecallQuery(tenant, spaces, request, top_k=FORGET_MAX, background=True)
-        )
-        if wanted:
-            exact = [r.memory for r in results if wanted <= stems(r.memory.content)]
-            outcomes = [await self.forget_memory(tenant, m, job_id) for m in exact]
-            outcomes += await self._forget_holding(tenant, spaces, request, wanted, job_id)
-            if outcomes:
-                return outcomes
-        candidates = {r.memory.id: r.memory for r in results}
-        if not candidates or self.llm is None:
-            return [Outcome("not_forgotten", reason="no candidate memory")]
-        context = llm or LLMContext()
-        try:
-            answer = await self.llm.complete_json(
-                choose_messages(request, [(i, m.content or "") for i, m in candidates.items()]),
-                CHOOSE_SCHEMA,
-                model=context.model,
-                credentials=context.credentials,
-            )
-        except LLMError:
-            return [Outcome("not_forgotten", reason="the model gave no usable answer")]
-        chosen = answer.get("memory_id") if isinstance(answer, dict) else None
-        if chosen not in candidates:
-            return [Outcome("not_forgotten", reason="ambiguous or no match")]
-        return [await self.forget_memory(tenant, candidates[chosen], job_id)]
-
-    async def _erase_dead_jobs(
-        self, tenant: str, spaces: list[str], wanted: set[str], job_id: str | None
-    ) -> None:
-        """Erase the payload of every dead job of `spaces` whose exchange holds all
-        `wanted` stems (the rule memories are matched by); the rows stay for the operator
-        and a retry of them is refused (memory_core/jobs.py)."""
-        if self.jobs is None:
-            return
-        erased = await self.jobs.erase_dead(
-            tenant, spaces, lambda payload: wanted <= stems(payload_text(payload)), job_id
-        )
-        if erased:
-            log.info("forget erased the text of %d dead jobs: %s", len(erased), erased)
-
-    async def _forget_holding(
-        self, tenant: str, spaces: list[str], request: str, wanted: set[str], job_id: str | None
-    ) -> list[Outcome]:
-        """Forget every active memory of `spaces` holding all `wanted` stems, found through
-        the store's full-text side (`text_matches`: every hit, not the best k).
-
-        Cost: the store reads only memories whose indexed text holds every word of the
-        request (SQLite walks the postings of the rarest word in the tenant's spaces;
-        Postgres the GIN index), FORGET_PAGE at a time, and each page is forgotten
-        before the next is read, so memory stays bounded by a page whatever the matches;
-        the time grows with the matches, never with the tenant's other memories. The
-        index's stemmer decides the candidates, the Porter stems above decide the match:
-        SQLite's is the same Porter algorithm; Postgres's English one conflates fewer
-        words (news/new), so a memory matching only through such a Porter conflation is
-        reached by the recall side alone."""
-        words = [w for w in re.findall(r"\w+", fold(request)) if w not in FORGET_FILLER]
-        outcomes: list[Outcome] = []
-        after: int | None = 0
-        while after is not None:
-            page, after = await self.store.text_matches(tenant, spaces, words, after, FORGET_PAGE)
-            for memory in page:
-                if wanted <= stems(memory.content):
-                    outcomes.append(await self.forget_memory(tenant, memory, job_id))
-        return outcomes
+        """Forget what a request in the user's words means, or nothing: every memory
+        holding all its words, else the one the model picks (extraction/forget_words.py)."""
+        return await self.words.forget(tenant, spaces, request, llm, job_id)

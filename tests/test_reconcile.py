@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from extraction import reconcile
+from extraction import forget_words
 from extraction.facts import Fact
 from extraction.reconcile import Reconciler
 from tests.text_checks import without_generated_ids
@@ -180,7 +180,7 @@ def test_forget_request_reaches_every_match_however_it_ranks(store, run, monkeyp
     """A large tenant: every memory holding all the request's words goes, not only the
     FORGET_MAX best recalled; memories missing a word, or in a space the request
     cannot read, stay. Small pages, so the sweep pages while it forgets."""
-    monkeypatch.setattr(reconcile, "FORGET_PAGE", 4)
+    monkeypatch.setattr(forget_words, "FORGET_PAGE", 4)
     reconciler = Reconciler(store, None)
     codes = [f"The user's locker code at gym {n} is {4000 + n}" for n in range(18)]
     mine = run(store.add_many("acme", "personal", [NewMemory(c) for c in codes]))

@@ -1,5 +1,5 @@
 """Every active memory of a tenant's spaces whose text holds all the given words: a
-full-text filter, not a ranking (forget requests in words, extraction/reconcile.py).
+full-text filter, not a ranking (forget requests in words, extraction/forget_words.py).
 
 Why beside recall: recall returns the best k, and a forget must reach every match
 however it ranks. The words go through FTS5's own tokenizer, so they are the index's
