@@ -97,6 +97,12 @@ class Job:
     updated_at: float
     forgets: bool = False  # the user's message holds a forget request (module docstring)
 
+    @property
+    def erased(self) -> bool:
+        """A dead job whose conversation a forget erased: it can be purged, never retried
+        (memory_core/dead_jobs.py)."""
+        return bool(self.result and self.result.get("erased"))
+
     def as_dict(self, with_payload: bool = False) -> dict[str, Any]:
         data = {k: getattr(self, k) for k in self.__dataclass_fields__}
         if not with_payload:

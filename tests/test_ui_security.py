@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from memory_core.backends import jobs_for
 from proxy.edge.keys import KeyStore, digest
 from tests.text_checks import without_generated_ids
 from tests.ui_world import HOSTILE, World, build_world, memory
@@ -245,6 +246,27 @@ def test_tenant_isolation_through_every_page_and_field(world: World, alice: Brow
     bob_memory = memory(world, "bob", bob_id)
     assert bob_memory["status"] == "active" and "4711" in bob_memory["content"]
     assert "upstream said 500 for bob" in jobs_text(world, "bob")
+
+
+def test_an_erased_dead_job_offers_no_retry(world: World, alice: Browser) -> None:
+    """A forget erased this dead job's conversation: the queue page offers no Retry for
+    it (the API would refuse it), while another dead job keeps its button."""
+    jobs = jobs_for(world.seed.store)
+    run = world.seed.run
+    erased = run(jobs.enqueue("alice", "default", {"user": "my pin is 1234"}, max_attempts=1))
+    while (claimed := run(jobs.claim("test-owner", 60))) is not None:  # oldest first
+        run(jobs.fail(claimed.id, "test-owner", "upstream said 500", 0))
+        if claimed.id == erased.id:
+            break
+    assert run(jobs.erase_dead("alice", ["default"], lambda p: "pin" in p.get("user", ""))) == [
+        erased.id
+    ]
+    page = alice.get("/jobs").text
+    row = re.search(rf'<tr class="job status-dead" data-id="{erased.id}">(.*?)</tr>', page, re.S)
+    assert row is not None and "erased by a forget" in row.group(1)
+    assert f"/jobs/{erased.id}/retry" not in page
+    kept = world.jobs["alice"]  # dead, its text kept
+    assert f"/jobs/{kept}/retry" in page
 
 
 def jobs_text(world: World, tenant: str) -> str:
