@@ -763,3 +763,30 @@ def test_serve_on_sqlite_searches_in_a_child_by_default(
         children = search_children(db)
         assert len(children) == (1 if on else 0)
     assert all(wait_until(lambda pid=pid: pid_gone(pid), 5) for pid in children)
+
+
+def test_a_child_that_cannot_start_leaves_the_store_searching_in_process(
+    world: World, embedder: Any, tmp_path: Path
+) -> None:
+    """The child cannot open its database (a folder that does not exist): the store
+    still opens, recall answers in-process, the status says down, and the supervisor
+    keeps trying without ending."""
+    from memory_core.sqlite.search_process import SearchProcess
+
+    run = world.run
+    store = run(SQLiteStore.open(world.db, embedder, search_process=True))
+    try:
+        broken = SearchProcess(tmp_path / "no-such-folder" / "x.db", "m", 384)
+        run(broken.start())  # logs, does not raise
+        assert broken.status()["up"] is False and broken.status()["pid"] is None
+        with pytest.raises(SearchProcessDown):
+            run(broken.search(None))  # type: ignore[arg-type]
+        run(asyncio.sleep(0.7))  # the supervisor's first retry fails the same way
+        assert broken._supervisor is not None and not broken._supervisor.done()
+        run(broken.close())
+        query = SAME_ANSWER_QUERIES[0]
+        run(store._search.close())  # type: ignore[union-attr]
+        store._search = broken  # a store whose child never came up
+        assert_same(run(store.recall(query)), run(world.plain.recall(query)), query)
+    finally:
+        run(store.close())

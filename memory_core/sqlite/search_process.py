@@ -92,9 +92,14 @@ class SearchProcess:
     # -- life -----------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start the child and wait until every channel answers (raises if it cannot)."""
+        """Start the child and wait until every channel answers. If it cannot start, the
+        server starts anyway: recalls search in-process and the supervisor keeps trying
+        (an error in the log each time, `status()["up"]` False)."""
         self._loop = asyncio.get_running_loop()
-        await self._spawn()
+        try:
+            await self._spawn()
+        except Exception:
+            log.exception("search process did not start; searching in-process meanwhile")
         self._supervisor = asyncio.create_task(self._supervise(), name="memrelay-search-process")
 
     async def close(self) -> None:
@@ -142,6 +147,10 @@ class SearchProcess:
                 env=env,
                 stdin=subprocess.DEVNULL,
             )
+        except BaseException:
+            for ours, _ in pairs:
+                ours.close()
+            raise
         finally:
             for _, theirs in pairs:
                 theirs.close()
