@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -759,9 +760,26 @@ def test_serve_on_sqlite_searches_in_a_child_by_default(
     options = {} if on else {"search_process": False}
     settings = Settings(upstream_url=fake_url, db=db, extraction_workers=0, **options)
     assert Settings.model_fields["search_process"].default is True
-    with ServedApp(build_app(settings)):
+    with ServedApp(build_app(settings)) as served:
         children = search_children(db)
         assert len(children) == (1 if on else 0)
+
+        def metric(name: str) -> float | None:
+            for line in httpx.get(served.url + "/metrics").text.splitlines():
+                if line.startswith(name + " "):
+                    return float(line.split()[1])
+            return None
+
+        if not on:
+            assert metric("memrelay_search_process_up") is None
+        else:  # the health is visible: up, and a kill -9 counted and repaired
+            assert metric("memrelay_search_process_up") == 1.0
+            assert metric("memrelay_search_process_restarts_total") == 0.0
+            os.kill(children[0], signal.SIGKILL)
+            assert wait_until(lambda: metric("memrelay_search_process_restarts_total") == 1.0, 10)
+            assert wait_until(lambda: metric("memrelay_search_process_up") == 1.0, 10)
+            children = search_children(db)
+            assert len(children) == 1
     assert all(wait_until(lambda pid=pid: pid_gone(pid), 5) for pid in children)
 
 
