@@ -10,7 +10,6 @@ competes with the event loop for the GIL; both run this same function.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,11 +59,9 @@ def hybrid_search(
     cache: VectorCache | None,
     term_hits: TermHits | None,
     request: SearchRequest,
-    text_hits: Callable[[], Hits] | None = None,
 ) -> list[Recalled]:
-    """The ranked, guarded results of `request`. `text_hits` gives full-text hits found
-    elsewhere (the readers start them while the query is embedded); without it the
-    full-text side runs here."""
+    """The ranked, guarded results of `request`; its full-text side runs here unless the
+    request brings hits found already (`text_hits`: found while the query was embedded)."""
     query, vector, policy, now = request.query, request.vector, request.policy, request.now
     rule_hits: Hits = []
     in_scope = 0
@@ -82,9 +79,7 @@ def hybrid_search(
         )
     else:
         vector_hits = knn(conn, query, vector, request.pool)
-    if text_hits is not None:
-        found_text = text_hits()
-    elif request.text_hits is not None:
+    if request.text_hits is not None:
         found_text = request.text_hits
     elif request.terms:
         found_text = text_search(conn, query, request.terms, request.pool, term_hits)

@@ -350,7 +350,7 @@ class SQLiteStore(EmbeddingStore):
         remote = self._search if self._search is not None and self._search.usable() else None
         # Full-text search needs no vector: in-process, it runs on a reader thread while
         # the query is embedded (SQLite and ONNX release the GIL, so two cores work), and
-        # the search job takes its hits. With the search process, it runs there, after the
+        # the search takes its hits along. With the search process, it runs there, after the
         # embedding, unless this recall is alone (then the overlap saves its time and
         # there is no one to contend with). Every candidate passes the SQL guard, so the
         # two searches need not share a snapshot.
@@ -372,10 +372,9 @@ class SQLiteStore(EmbeddingStore):
             policy = None
         rules_k = policy.slots + query.top_k if policy is not None else 0
         request = SearchRequest(query, terms, pool, vector, policy, rules_k, now, self.fusion)
+        if text_job is not None:  # found during the embedding: the search takes them along
+            request = dataclasses.replace(request, text_hits=await asyncio.wrap_future(text_job))
         if remote is not None:
-            if text_job is not None:
-                hits = await asyncio.wrap_future(text_job)
-                request = dataclasses.replace(request, text_hits=hits)
             try:
                 return await remote.search(request)
             except SearchProcessDown:
@@ -383,10 +382,7 @@ class SQLiteStore(EmbeddingStore):
             except SearchFailed as exc:  # memory stays on: the readers try it too
                 log.error("search failed in the search process (%s); searching in-process", exc)
         cache, term_hits = self._cache, self._term_hits
-        text_hits = text_job.result if text_job is not None else None
-        return await self.run_read(
-            lambda conn: hybrid_search(conn, cache, term_hits, request, text_hits)
-        )
+        return await self.run_read(lambda conn: hybrid_search(conn, cache, term_hits, request))
 
     async def text_matches(
         self, tenant: str, spaces: list[str], words: list[str], after: int = 0, limit: int = 500
