@@ -532,7 +532,8 @@ def test_callers_giving_up_never_cross_wire_answers(world: World) -> None:
 
     async def wave() -> list[tuple[RecallQuery, Any]]:
         loop = asyncio.get_running_loop()
-        asked = rng.choices(queries, k=rng.randint(1, CHANNELS + 2))
+        # up to twice the channels: callers also wait for a channel, on any machine
+        asked = rng.choices(queries, k=rng.randint(1, 2 * CHANNELS + 2))
         tasks = []
         for query in asked:
             if rng.random() < 0.5:  # gives up after a small budget
