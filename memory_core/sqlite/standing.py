@@ -67,13 +67,14 @@ def guarded(
     conn: Connection, query: RecallQuery, hits: list[tuple[int, float]], now: float
 ) -> list[tuple[Memory, float]]:
     """The hits that are this tenant's active, unexpired standing rules in a read space,
-    nearest first: this SQL is the guard, whatever the candidates' source."""
+    nearest first: this SQL is the guard, whatever the candidates' source (looked up by
+    rowid: `+tenant` keeps the scope index out, as in memory_core.recall._guard)."""
     if not hits:
         return []
     rowids = [rowid for rowid, _ in hits]
     sql = (
         f"SELECT rowid, {MEMORY_COLUMNS} FROM memories WHERE rowid IN ({_marks(rowids)})"
-        f" AND tenant = ? AND status = 'active' AND space IN ({_marks(query.spaces)})"
+        f" AND +tenant = ? AND status = 'active' AND space IN ({_marks(query.spaces)})"
         f" AND kind IN ({_marks(KINDS)}) AND (expires_at IS NULL OR expires_at > ?)"
     )
     params: list[Any] = [*rowids, query.tenant, *query.spaces, *KINDS, now]
