@@ -13,12 +13,15 @@ answer.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from proxy.relay.asgi import Receive
+
+log = logging.getLogger("memrelay.relay")
 
 
 class BodyTooLarge(Exception):
@@ -146,7 +149,7 @@ class Downstream:
 
 
 def _retrieve(task: asyncio.Task[None]) -> None:
-    """A pump that failed (receive() raised) is already done with: its error is read here
-    so asyncio does not report it as never retrieved; the handler sees its own."""
-    if not task.cancelled():
-        task.exception()
+    """A pump that failed (receive() raised) no longer watches for a disconnect: said in
+    the log (asyncio would otherwise report it only as never retrieved, at collection)."""
+    if not task.cancelled() and (error := task.exception()) is not None:
+        log.error("the request's disconnect watch failed", exc_info=error)
